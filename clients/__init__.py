@@ -1,0 +1,1 @@
+"""Client-side algorithms: one module per algorithm, each matching a server strategy."""

@@ -1,0 +1,133 @@
+"""Shared client machinery: a NumPyClient-like class with a hookable SGD loop.
+
+A client is built for one message from the run config, its data and its persisted
+state; ``fit`` and ``evaluate`` take a payload (``{record: {name: tensor}}``) and a
+config dict, so algorithms are testable without Flower. Algorithms override the
+small hooks (``receive``, ``compute_gradient``, ``correct_gradient``, ``reply``,
+``end_fit``) and keep what must outlive the message in ``self.state``, which the
+ClientApp commits only after ``fit`` returned.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from fedapp.config import RunConfig
+from fedapp.data import BatchLoader
+from fedapp.experiment import ClientData, num_local_steps
+from fedapp.records import Payload, Tensors
+from fedapp.training import evaluate
+
+
+class FedClient:
+    """Base client: loads the received model, runs SGD steps, returns the model.
+
+    With the default hooks this is the FedAvg client (McMahan et al., 2017): K local
+    SGD steps from the global model, reply with the local model and its example count.
+    """
+
+    #: keep SGD momentum buffers in client state across rounds (FedALS does)
+    keep_optimizer_state = False
+
+    def __init__(self, cfg: RunConfig, model: torch.nn.Module, data: ClientData,
+                 state: Payload | None = None, device: torch.device | str = "cpu"):
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.model = model.to(self.device)
+        self.data = data
+        self.state: Payload = {k: dict(v) for k, v in (state or {}).items()}
+        self.generator = torch.Generator(device=self.device)
+
+    # ---- helpers -----------------------------------------------------------------
+    @property
+    def params(self) -> dict[str, torch.nn.Parameter]:
+        return dict(self.model.named_parameters())
+
+    def model_tensors(self) -> Tensors:
+        return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+
+    def load_tensors(self, tensors: Tensors) -> None:
+        """Load a full or partial state dict into the model."""
+        sd = self.model.state_dict()
+        for k, v in tensors.items():
+            sd[k].copy_(v)
+
+    def loader(self, seed: int) -> BatchLoader:
+        self.generator.manual_seed(seed)
+        d = self.data
+        return BatchLoader(d.train_x, d.train_y, self.cfg.batch_size, device=self.device, mean=d.mean,
+                           std=d.std, augment=d.augment, generator=self.generator)
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(self.model(x), y)
+
+    # ---- hooks -------------------------------------------------------------------
+    def receive(self, payload: Payload, config: dict) -> None:
+        """Take the round's payload: by default load the global model."""
+        self.load_tensors(payload["arrays"])
+
+    def compute_gradient(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Fill ``.grad`` for one minibatch and return the loss (SAM overrides)."""
+        loss = self.loss(x, y)
+        loss.backward()
+        return loss
+
+    def correct_gradient(self) -> None:
+        """Add algorithm terms to ``.grad`` before the optimizer step (SCAFFOLD, FedDyn, ...)."""
+
+    def reply(self, payload: Payload, config: dict) -> Payload:
+        """What is sent back: by default the full local model."""
+        return {"arrays": self.model_tensors()}
+
+    def end_fit(self, payload: Payload, config: dict) -> None:
+        """Update ``self.state`` after local training (duals, control variates, ...)."""
+
+    # ---- training ----------------------------------------------------------------
+    def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
+        opt = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=self.cfg.momentum,
+                              weight_decay=self.cfg.weight_decay)
+        saved = self.state.get("momentum")
+        if self.keep_optimizer_state and saved:
+            for name, p in self.model.named_parameters():
+                if name in saved:
+                    opt.state[p]["momentum_buffer"] = saved[name].to(self.device).clone()
+        return opt
+
+    def save_optimizer(self, opt: torch.optim.Optimizer) -> None:
+        if self.keep_optimizer_state:
+            self.state["momentum"] = {name: opt.state[p]["momentum_buffer"].detach().cpu().clone()
+                                      for name, p in self.model.named_parameters()
+                                      if "momentum_buffer" in opt.state.get(p, {})}
+
+    def train(self, steps: int, lr: float, seed: int) -> dict[str, float]:
+        """``steps`` SGD steps; returns the mean training loss."""
+        self.model.train()
+        loader = self.loader(seed)
+        opt = self.make_optimizer(lr)
+        total = torch.zeros((), device=self.device)
+        for _ in range(steps):
+            x, y = loader.next_batch()
+            opt.zero_grad(set_to_none=False)
+            total += self.compute_gradient(x, y).detach()
+            self.correct_gradient()
+            opt.step()
+        self.save_optimizer(opt)
+        return {"train-loss": total.item() / max(steps, 1)}
+
+    def fit(self, payload: Payload, config: dict) -> tuple[Payload, dict[str, float]]:
+        """One round of local training. ``config`` carries ``server-round``, ``lr`` and ``local-steps``."""
+        self.receive(payload, config)
+        steps = int(config.get("local-steps") or num_local_steps(self.cfg, len(self.data.train_y)))
+        seed = (self.cfg.seed * 1_000_003 + int(config["server-round"])) * 10_007 + self.data.pid
+        metrics = self.train(steps, float(config["lr"]), seed)
+        self.end_fit(payload, config)
+        metrics["num-examples"] = len(self.data.train_y)
+        metrics["local-steps"] = steps
+        return self.reply(payload, config), metrics
+
+    def evaluate(self, payload: Payload, config: dict) -> dict[str, float]:
+        """Evaluate the received model on the local test split."""
+        self.receive(payload, config)
+        d = self.data
+        return evaluate(self.model, d.test_x, d.test_y, mean=d.mean, std=d.std, device=self.device)

@@ -1,0 +1,1 @@
+"""fedapp: federated-learning algorithms as Flower strategies with matching clients."""

@@ -1,0 +1,83 @@
+"""ClientApp: turns Flower messages into calls of the configured client class.
+
+The client class (see ``clients/``) is chosen by the run config's ``strategy``. What
+must outlive a message (duals, control variates, private bodies or heads) lives in
+``context.state`` as ArrayRecords named ``state.<name>``; it is replaced only after
+``fit`` returned, so a client that fails mid-round keeps its last committed state.
+"""
+
+from __future__ import annotations
+
+import torch
+from flwr.app import ArrayRecord, Context, Message
+from flwr.clientapp import ClientApp
+
+from fedapp import registry
+from fedapp.config import RunConfig, parse_run_config
+from fedapp.experiment import client_data, device_of
+from fedapp.models import build_model
+from fedapp.records import Payload, from_record, make_content, payload_of
+
+STATE_PREFIX = "state."
+
+app = ClientApp()
+
+
+def partition_id(context: Context) -> int:
+    try:
+        return int(context.node_config["partition-id"])
+    except KeyError:
+        raise ValueError("node config needs 'partition-id' (and 'num-partitions', or 'data-dir')") from None
+
+
+def load_state(context: Context) -> Payload:
+    return {name[len(STATE_PREFIX):]: from_record(rec) for name, rec in context.state.array_records.items()
+            if name.startswith(STATE_PREFIX)}
+
+
+def commit_state(context: Context, state: Payload) -> None:
+    """Replace the persisted client state by ``state`` as a whole."""
+    for name in [n for n in context.state.array_records if n.startswith(STATE_PREFIX)]:
+        del context.state[name]
+    for name, tensors in state.items():
+        context.state[STATE_PREFIX + name] = ArrayRecord({k: v.detach().cpu() for k, v in tensors.items()})
+
+
+def make_client(cfg: RunConfig, context: Context):
+    """The configured client for this node: its data, a fresh model, its saved state."""
+    pid = partition_id(context)
+    data_dir = context.node_config.get("data-dir") or None
+    data = client_data(cfg, pid, data_dir=data_dir)
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.model, tuple(data.train_x.shape[1:]), data.num_classes)
+    return registry.get(cfg.strategy).client(cfg, model, data, load_state(context), device_of(cfg))
+
+
+def _reply(msg: Message, payload: Payload, metrics: dict, pid: int) -> Message:
+    return Message(make_content(payload, metrics={**metrics, "partition-id": pid}), reply_to=msg)
+
+
+@app.query()
+def query(msg: Message, context: Context) -> Message:
+    """Discovery: the partition id and split sizes this node serves."""
+    cfg = parse_run_config(context.run_config)
+    pid = partition_id(context)
+    data = client_data(cfg, pid, data_dir=context.node_config.get("data-dir") or None)
+    return _reply(msg, {}, {"num-train": len(data.train_y), "num-test": len(data.test_y)}, pid)
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    cfg = parse_run_config(context.run_config)
+    client = make_client(cfg, context)
+    payload, metrics = client.fit(payload_of(msg.content), dict(msg.content["config"]))
+    commit_state(context, client.state)
+    return _reply(msg, payload, metrics, client.data.pid)
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    cfg = parse_run_config(context.run_config)
+    client = make_client(cfg, context)
+    metrics = client.evaluate(payload_of(msg.content), dict(msg.content["config"]))
+    return _reply(msg, {}, metrics, client.data.pid)

@@ -1,0 +1,205 @@
+"""One typed, validated view of ``context.run_config``.
+
+Every run setting is declared once here (common keys) or by its strategy class
+(algorithm keys, under the algorithm's own prefix such as ``fedsmoo.rho``), with
+a type, a default and a check. ``pyproject.toml`` mirrors these defaults; a test
+keeps the two in sync. Bad input raises :class:`ConfigError` naming the key and
+the allowed values before any training starts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A run-config value is unknown, of the wrong type or out of range."""
+
+
+@dataclass(frozen=True)
+class Key:
+    """One run-config setting: its type, default, allowed values and meaning."""
+
+    name: str
+    type: type
+    default: Any
+    doc: str
+    choices: tuple | Callable[[], Iterable[str]] | None = None
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # True: value must be strictly greater than ``low``
+
+    def allowed(self) -> str:
+        if self.choices is not None:
+            choices = self.choices() if callable(self.choices) else self.choices
+            return "one of " + ", ".join(repr(c) for c in sorted(choices))
+        lo = "-inf" if self.low is None else self.low
+        hi = "inf" if self.high is None else self.high
+        return f"a {self.type.__name__} in {'(' if self.low_open else '['}{lo}, {hi}]"
+
+    def parse(self, value: Any) -> Any:
+        """Coerce ``value`` to the key's type and check it, or raise ConfigError."""
+        fail = ConfigError(f"run config '{self.name}' = {value!r} is invalid: allowed is {self.allowed()}")
+        if self.type is bool:
+            if isinstance(value, str) and value.lower() in ("true", "false"):
+                value = value.lower() == "true"
+            if not isinstance(value, bool):
+                raise fail
+        elif self.type is int:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+                raise fail
+            value = int(value)
+        elif self.type is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+                raise fail
+            value = float(value)
+        elif not isinstance(value, str):
+            raise fail
+        if self.choices is not None:
+            choices = self.choices() if callable(self.choices) else self.choices
+            if value not in choices:
+                raise fail
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            raise fail
+        if self.high is not None and value > self.high:
+            raise fail
+        return value
+
+
+def _datasets() -> Iterable[str]:
+    from fedapp.data import DATASETS
+
+    return DATASETS
+
+
+def _partitions() -> Iterable[str]:
+    from fedapp.data import PARTITIONERS
+
+    return PARTITIONERS
+
+
+def _models() -> Iterable[str]:
+    from fedapp.models import MODELS
+
+    return MODELS
+
+
+def _strategies() -> Iterable[str]:
+    from fedapp.registry import algorithms
+
+    return algorithms()
+
+
+COMMON_KEYS: tuple[Key, ...] = (
+    Key("strategy", str, "fedavg", "Algorithm: server strategy and matching client.", _strategies),
+    Key("num-server-rounds", int, 10, "Federated rounds (PeFLL: training steps).", low=1),
+    Key("num-clients", int, 10, "Clients (data partitions); the federation must have this many SuperNodes.", low=1),
+    Key("fraction-train", float, 1.0, "Share of the training clients sampled each round.", low=0.0, high=1.0, low_open=True),
+    Key("min-train-nodes", int, 1, "Fewest valid training replies a round needs to update the model.", low=1),
+    Key("fraction-evaluate", float, 1.0, "Share of clients in federated evaluation (0 turns it off).", low=0.0, high=1.0),
+    Key("central-eval", bool, True, "Evaluate the global model on the global test set on the server."),
+    Key("eval-every", int, 1, "Evaluate every this many rounds (and after the last).", low=1),
+    Key("dataset", str, "synthetic", "Data source name.", _datasets),
+    Key("data-dir", str, "", "Directory with an ImageFolder tree or <name>.tar.gz archive; '' searches the defaults."),
+    Key("synthetic-alpha", float, 1.0, "Synthetic(alpha, beta): model heterogeneity.", low=0.0),
+    Key("synthetic-beta", float, 1.0, "Synthetic(alpha, beta): feature heterogeneity.", low=0.0),
+    Key("partition", str, "natural", "Partitioner name.", _partitions),
+    Key("partition-alpha", float, 0.5, "Dirichlet concentration (dirichlet, dirichlet-hsu).", low=0.0, low_open=True),
+    Key("partition-classes", int, 2, "Classes per client (pathological).", low=1),
+    Key("partition-shards", int, 100, "Number of label-sorted shards (shards-halfnormal).", low=1),
+    Key("partition-sigma", float, 1.0, "Half-normal scale (shards-halfnormal, quantity-halfnormal).", low=0.0, low_open=True),
+    Key("unseen-fraction", float, 0.0, "Share of clients held out as new clients that never train.", low=0.0, high=0.9),
+    Key("test-fraction", float, 0.2, "Share of each client's data kept as its local test split.", low=0.0, high=0.9),
+    Key("model", str, "mlp", "Model name; input shape and class count follow the dataset.", _models),
+    Key("local-epochs", int, 1, "Local epochs per round (used when local-steps is 0).", low=1),
+    Key("local-steps", int, 0, "Local SGD steps per round; 0 means use local-epochs.", low=0),
+    Key("batch-size", int, 32, "Local minibatch size.", low=1),
+    Key("lr", float, 0.05, "Local learning rate.", low=0.0, low_open=True),
+    Key("lr-decay", float, 1.0, "Learning rate multiplier per round: lr * lr-decay**(round-1).", low=0.0, high=1.0, low_open=True),
+    Key("momentum", float, 0.0, "Local SGD momentum.", low=0.0, high=1.0),
+    Key("weight-decay", float, 0.0, "Local SGD weight decay.", low=0.0),
+    Key("seed", int, 0, "Seed for data, initial model and client sampling.", low=0),
+    Key("device", str, "auto", "Training device: auto (cuda when present), cpu or cuda.", ("auto", "cpu", "cuda")),
+    Key("round-timeout", float, 600.0, "Seconds to wait for replies in one exchange.", low=0.0, low_open=True),
+    Key("node-wait-timeout", float, 120.0, "Seconds to wait for num-clients nodes to connect.", low=0.0),
+    Key("results-dir", str, "results", "Where each run writes its folder of results (absolute for deployments)."),
+    Key("run-name", str, "", "Name of the run's results folder; '' makes strategy-dataset-timestamp."),
+)
+
+
+class RunConfig:
+    """Validated run config; attribute access with '-' and '.' read as '_'.
+
+    ``cfg.local_steps`` is ``run_config["local-steps"]``; algorithm keys are read
+    with :meth:`algo` (``cfg.algo("rho")`` for ``fedsmoo.rho`` when the strategy's
+    prefix is ``fedsmoo``).
+    """
+
+    def __init__(self, values: Mapping[str, Any], prefix: str):
+        self._values = dict(values)
+        self.prefix = prefix
+
+    def __getattr__(self, attr: str) -> Any:
+        try:
+            return self._values[attr.replace("_", "-")]
+        except KeyError:
+            raise AttributeError(attr) from None
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def algo(self, name: str) -> Any:
+        return self._values[f"{self.prefix}.{name}"]
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+    def replace(self, **changes: Any) -> "RunConfig":
+        """A copy with some keys changed (keys with '_' spelt as '-')."""
+        values = dict(self._values)
+        values.update({k.replace("_", "-"): v for k, v in changes.items()})
+        return RunConfig(values, self.prefix)
+
+
+def all_keys() -> dict[str, Key]:
+    """Common keys plus every registered algorithm's prefixed keys."""
+    from fedapp.registry import algorithms
+
+    keys = {k.name: k for k in COMMON_KEYS}
+    for spec in algorithms().values():
+        keys.update({f"{spec.prefix}.{k.name}": k for k in spec.keys})
+    return keys
+
+
+def defaults() -> dict[str, Any]:
+    return {name: key.default for name, key in all_keys().items()}
+
+
+def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
+    """Validate ``run_config`` (missing keys take defaults) into a RunConfig.
+
+    Raises ConfigError for an unknown key, a bad value or an inconsistent pair.
+    """
+    keys = all_keys()
+    unknown = sorted(set(run_config) - set(keys))
+    if unknown:
+        raise ConfigError(f"unknown run config key(s) {unknown}; known keys: {sorted(keys)}")
+    values = {}
+    for name, key in keys.items():
+        values[name] = key.parse(run_config[name]) if name in run_config else key.default
+    from fedapp.registry import algorithms
+
+    spec = algorithms()[values["strategy"]]
+    cfg = RunConfig(values, spec.prefix)
+    if values["partition"] == "natural" and values["dataset"] not in ("synthetic", "femnist"):
+        raise ConfigError(
+            f"run config 'partition' = 'natural' needs a dataset with natural clients "
+            f"('synthetic', 'femnist'), not {values['dataset']!r}; use e.g. 'iid' or 'dirichlet'"
+        )
+    if cfg.min_train_nodes > cfg.num_clients:
+        raise ConfigError(f"run config 'min-train-nodes' = {cfg.min_train_nodes} exceeds 'num-clients' = {cfg.num_clients}")
+    spec.strategy.check_config(cfg)
+    return cfg

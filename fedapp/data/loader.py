@@ -1,0 +1,116 @@
+"""Tensor-resident batching: the data sits on the device and a batch is one gather.
+
+For the small models of FL benchmarks a ``torch.utils.data.DataLoader`` spends more time
+collating and augmenting single samples in Python than the model spends training, so
+conversion, normalisation and augmentation are done batched, on the device, in a few ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+import torch.nn.functional as F
+
+PAD = 4  # random-crop padding of the standard CIFAR recipe
+
+
+def prepare(x: torch.Tensor, mean: Sequence[float] | torch.Tensor = (), std: Sequence[float] | torch.Tensor = ()) -> torch.Tensor:
+    """uint8 images -> float in [0, 1], normalised per channel when ``mean`` is given; float
+    features pass through. No augmentation, so this is also the evaluation transform."""
+    out = x.float()
+    if x.dtype == torch.uint8:
+        out = out / 255
+    if len(mean):
+        m = torch.as_tensor(mean, dtype=out.dtype, device=out.device).view(-1, 1, 1)
+        s = torch.as_tensor(std, dtype=out.dtype, device=out.device).view(-1, 1, 1)
+        out = (out - m) / s
+    return out
+
+
+def crop_flip(x: torch.Tensor, oy: torch.Tensor, ox: torch.Tensor, flip: torch.Tensor, pad: int = PAD) -> torch.Tensor:
+    """Crop each image of the zero-padded batch at its own offset (oy, ox) in [0, 2*pad] and
+    mirror it where ``flip``: one advanced-indexing gather with per-sample row/column grids;
+    the flip is just a reversed column grid, so no per-sample loop is needed."""
+    b, c, h, w = x.shape
+    padded = F.pad(x, (pad, pad, pad, pad))
+    ar_h = torch.arange(h, device=x.device)
+    ar_w = torch.arange(w, device=x.device)
+    rows = oy.to(x.device)[:, None] + ar_h
+    cols = ox.to(x.device)[:, None] + torch.where(flip.to(x.device)[:, None], w - 1 - ar_w, ar_w)
+    return padded[
+        torch.arange(b, device=x.device)[:, None, None, None],
+        torch.arange(c, device=x.device)[None, :, None, None],
+        rows[:, None, :, None],
+        cols[:, None, None, :],
+    ]
+
+
+class BatchLoader:
+    """Shuffled mini-batches of (prepared x, y) from tensors kept on ``device``.
+
+    All randomness (order, crop offsets, flips) comes from ``generator``, so a seeded generator
+    reproduces the stream; without one, a generator is seeded from torch's global RNG.
+    """
+
+    def __init__(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        batch_size: int,
+        *,
+        device,
+        mean=(),
+        std=(),
+        augment: bool = False,
+        generator: torch.Generator | None = None,
+        drop_last: bool = False,
+    ) -> None:
+        self.device = torch.device(device)
+        self.x = x.to(self.device)
+        self.y = y.to(self.device)
+        self.batch_size = batch_size
+        self.augment = augment
+        self.drop_last = drop_last
+        self.mean = torch.as_tensor(mean, dtype=torch.float32, device=self.device)
+        self.std = torch.as_tensor(std, dtype=torch.float32, device=self.device)
+        if generator is None:
+            generator = torch.Generator().manual_seed(int(torch.randint(2**62, ())))
+        self.generator = generator
+        self._stream: Iterator = iter(())
+
+    def __len__(self) -> int:
+        n = len(self.y)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        perm = self._randperm()
+        for i in range(len(self)):
+            yield self._batch(perm[i * self.batch_size : (i + 1) * self.batch_size])
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Next batch of an endless stream of epochs (for step-based local training)."""
+        batch = next(self._stream, None)
+        if batch is None:
+            if len(self) == 0:
+                raise ValueError(f"no batch of {self.batch_size} from {len(self.y)} examples (drop_last={self.drop_last})")
+            self._stream = iter(self)
+            batch = next(self._stream)
+        return batch
+
+    def sample(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One random batch of min(n, N) distinct examples, independent of the epoch stream's order."""
+        return self._batch(self._randperm()[:n])
+
+    def _randperm(self) -> torch.Tensor:
+        g = self.generator
+        return torch.randperm(len(self.y), generator=g, device=g.device).to(self.device)
+
+    def _batch(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.x[idx]
+        if self.augment:
+            g, k = self.generator, len(idx)
+            offsets = torch.randint(0, 2 * PAD + 1, (2, k), generator=g, device=g.device)
+            flip = torch.rand(k, generator=g, device=g.device) < 0.5
+            x = crop_flip(x, offsets[0], offsets[1], flip)
+        return prepare(x, self.mean, self.std), self.y[idx]

@@ -1,0 +1,211 @@
+"""Client partitioners over a label array, built on flwr-datasets' ``Partitioner`` interface.
+
+flwr-datasets partitions a ``datasets.Dataset``; we wrap the labels in a two-column one
+(``label``, ``idx`` = original row) and read ``idx`` back, so every scheme returns plain index
+arrays into the caller's tensors. Schemes flwr-datasets lacks are ``Partitioner`` subclasses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import datasets
+import numpy as np
+from flwr_datasets.partitioner import (
+    DirichletPartitioner,
+    IidPartitioner,
+    NaturalIdPartitioner,
+    PathologicalPartitioner,
+    Partitioner,
+    SizePartitioner,
+)
+
+
+class PrecomputedPartitioner(Partitioner):
+    """Base for schemes that need the whole label column at once; computed on first access."""
+
+    def __init__(self, num_partitions: int, seed: int) -> None:
+        super().__init__()
+        self._num_partitions = num_partitions
+        self._seed = seed
+        self._parts: list[np.ndarray] | None = None
+
+    def _split(self, labels: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def load_partition(self, partition_id: int) -> datasets.Dataset:
+        if self._parts is None:
+            self._parts = self._split(np.asarray(self.dataset["label"]), np.random.default_rng(self._seed))
+        return self.dataset.select(self._parts[partition_id])
+
+    @property
+    def num_partitions(self) -> int:
+        return self._num_partitions
+
+
+class DirichletHsuPartitioner(PrecomputedPartitioner):
+    """Hsu et al. (2019) label skew as used by FedSMOO: client k draws a class prior
+    q_k ~ Dir(alpha * p) with p the uniform prior over the classes present, then fills N // K
+    slots by drawing a class from q_k and an example of that class WITH replacement, so every
+    client has the same size and examples may repeat within and across clients."""
+
+    def __init__(self, num_partitions: int, alpha: float, seed: int) -> None:
+        super().__init__(num_partitions, seed)
+        self._alpha = alpha
+
+    def _split(self, labels, rng):
+        classes, counts = np.unique(labels, return_counts=True)
+        pools = np.argsort(labels, kind="stable")  # examples grouped by class, in class order
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        size = len(labels) // self._num_partitions
+        priors = rng.dirichlet(np.full(len(classes), self._alpha / len(classes)), self._num_partitions)
+        parts = []
+        for q in priors:
+            c = rng.choice(len(classes), size=size, p=q / q.sum())
+            parts.append(pools[starts[c] + (rng.random(size) * counts[c]).astype(np.int64)])
+        return parts
+
+
+class ShardsHalfNormalPartitioner(PrecomputedPartitioner):
+    """Label-sorted shards (McMahan et al.) with a skewed shard count per client (HCCT): client
+    k's share is max(1, |N(0, sigma)|), scaled so all ``num_shards`` are handed out, >= 1 each."""
+
+    def __init__(self, num_partitions: int, num_shards: int, sigma: float, seed: int) -> None:
+        super().__init__(num_partitions, seed)
+        if num_shards < num_partitions:
+            raise ValueError(f"num_shards={num_shards} must be >= num_partitions={num_partitions}")
+        self._num_shards = num_shards
+        self._sigma = sigma
+
+    def _split(self, labels, rng):
+        shards = np.array_split(np.argsort(labels, kind="stable"), self._num_shards)
+        weights = np.maximum(1.0, np.abs(rng.normal(0, self._sigma, self._num_partitions)))
+        counts = allocate(weights, self._num_shards, minimum=1)
+        order = rng.permutation(self._num_shards)
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        return [np.concatenate([shards[s] for s in order[a:b]]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def allocate(weights: np.ndarray, total: int, minimum: int) -> np.ndarray:
+    """Integer sizes summing to ``total``, each >= ``minimum``, the rest proportional to weights
+    (largest-remainder rounding, so nothing is lost to truncation)."""
+    n = len(weights)
+    rest = total - minimum * n
+    if rest < 0:
+        raise ValueError(f"cannot give {n} partitions at least {minimum} of {total} items")
+    share = weights / weights.sum() * rest
+    sizes = np.floor(share).astype(np.int64)
+    sizes[np.argsort(sizes - share, kind="stable")[: rest - sizes.sum()]] += 1
+    return sizes + minimum
+
+
+# Each factory returns the partitioner and the row order of the dataset it partitions
+# (None = original order): IID and label-sorted are contiguous chunks of a permuted order.
+_Factory = Callable[..., tuple[Partitioner, np.ndarray | None]]
+
+
+def _iid(labels, n, seed, **_):
+    return IidPartitioner(n), np.random.default_rng(seed).permutation(len(labels))
+
+
+def _dirichlet(labels, n, seed, alpha, **_):
+    return DirichletPartitioner(n, "label", alpha, min_partition_size=2, self_balancing=False, seed=seed), None
+
+
+def _dirichlet_hsu(labels, n, seed, alpha, **_):
+    return DirichletHsuPartitioner(n, alpha, seed), None
+
+
+def _pathological(labels, n, seed, classes_per_client, **_):
+    # "first-deterministic": client k always holds class k mod C (so all classes are used once
+    # n >= C), the remaining classes are drawn by seed; each class is split evenly among holders.
+    part = PathologicalPartitioner(n, "label", classes_per_client, "first-deterministic", seed=seed)
+    return part, None
+
+
+def _label_sorted(labels, n, seed, **_):
+    return IidPartitioner(n), np.argsort(labels, kind="stable")
+
+
+def _shards_halfnormal(labels, n, seed, num_shards, sigma, **_):
+    return ShardsHalfNormalPartitioner(n, num_shards, sigma, seed), None
+
+
+def _quantity_halfnormal(labels, n, seed, sigma, **_):
+    rng = np.random.default_rng(seed)
+    minimum = min(10, len(labels) // n)
+    sizes = allocate(np.abs(rng.normal(0, sigma, n)), len(labels), minimum)
+    return SizePartitioner([int(s) for s in sizes]), rng.permutation(len(labels))
+
+
+def _natural(labels, n, seed, natural_ids, **_):
+    if natural_ids is None:
+        raise ValueError("partitioner 'natural' needs natural_ids (e.g. Dataset.train_client)")
+    found = len(np.unique(natural_ids))
+    if found != n:
+        raise ValueError(f"partitioner 'natural' found {found} distinct natural ids but num_partitions={n}")
+    return NaturalIdPartitioner("natural_id"), None
+
+
+PARTITIONERS: dict[str, _Factory] = {
+    "iid": _iid,
+    "dirichlet": _dirichlet,
+    "dirichlet-hsu": _dirichlet_hsu,
+    "pathological": _pathological,
+    "label-sorted": _label_sorted,
+    "shards-halfnormal": _shards_halfnormal,
+    "quantity-halfnormal": _quantity_halfnormal,
+    "natural": _natural,
+}
+
+
+def partition_indices(
+    name: str,
+    labels: np.ndarray,
+    num_partitions: int,
+    seed: int,
+    *,
+    alpha: float = 0.5,
+    classes_per_client: int = 2,
+    num_shards: int = 100,
+    sigma: float = 1.0,
+    natural_ids: np.ndarray | None = None,
+) -> list[np.ndarray]:
+    """Index arrays (int64, into ``labels``), one per client; deterministic given ``seed``.
+
+    ``natural`` partition i holds the i-th smallest natural id.
+    """
+    if name not in PARTITIONERS:
+        raise ValueError(f"unknown partitioner {name!r}; allowed: {', '.join(PARTITIONERS)}")
+    labels = np.asarray(labels)
+    partitioner, order = PARTITIONERS[name](
+        labels, num_partitions, seed, alpha=alpha, classes_per_client=classes_per_client,
+        num_shards=num_shards, sigma=sigma, natural_ids=natural_ids,
+    )
+    order = np.arange(len(labels)) if order is None else order
+    columns = {"label": labels[order], "idx": order}
+    if natural_ids is not None:
+        columns["natural_id"] = np.asarray(natural_ids)[order]
+    partitioner.dataset = datasets.Dataset.from_dict(columns)
+    return [np.asarray(partitioner.load_partition(i)["idx"], dtype=np.int64) for i in range(num_partitions)]
+
+
+def split_seen_unseen(num_clients: int, unseen_fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """(seen, unseen) client ids, sorted: ``round(fraction * n)`` random clients (>= 1 when the
+    fraction is positive) are held out of training to measure generalisation to new clients."""
+    n_unseen = round(unseen_fraction * num_clients)
+    if unseen_fraction > 0:
+        n_unseen = min(num_clients, max(1, n_unseen))
+    perm = np.random.default_rng(seed).permutation(num_clients)
+    return sorted(map(int, perm[n_unseen:])), sorted(map(int, perm[:n_unseen]))
+
+
+def local_test_split(indices: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, test) of one client's indices: shuffle by ``seed``, the last ``test_fraction``
+    share is local test. With >= 2 examples and a positive fraction both sides are non-empty."""
+    shuffled = np.random.default_rng(seed).permutation(np.asarray(indices))
+    n = len(shuffled)
+    n_test = round(test_fraction * n)
+    if test_fraction > 0 and n >= 2:
+        n_test = min(n - 1, max(1, n_test))
+    return shuffled[: n - n_test], shuffled[n - n_test :]

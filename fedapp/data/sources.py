@@ -1,0 +1,331 @@
+"""Dataset sources: the LEAF Synthetic benchmark, local ImageFolder trees/archives, the HF hub.
+
+Every source ends as whole tensors (uint8 images, int64 labels) so training can keep the data
+resident on the device and batch by indexing (see ``loader.py``) instead of decoding per step.
+Decoding 60k images takes seconds to minutes, so decoded tensors are cached on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import datasets
+import numpy as np
+import torch
+from PIL import Image
+
+from .partitioners import local_test_split
+
+SPLITS = ("train", "test")
+_GREY_MODES = {"1", "L", "LA", "I", "I;16", "F"}
+_CACHE_VERSION = "v1"  # bump when the cached layout changes, so stale files are not reused
+SYNTHETIC_MAX_CLIENT_SIZE = 1000  # caps lognormal(4, 2) tails: ~240 examples per client on average
+
+
+@dataclass
+class Dataset:
+    """A whole dataset as tensors; images are uint8 (N, C, H, W), synthetic features float32 (N, D)."""
+
+    name: str
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    num_classes: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    augment: bool
+    train_client: np.ndarray | None = None  # natural client id per example (synthetic, FEMNIST)
+    test_client: np.ndarray | None = None
+
+    @property
+    def input_shape(self) -> tuple:
+        return tuple(self.train_x.shape[1:])
+
+
+@dataclass(frozen=True)
+class Source:
+    """How a named dataset is read from the Hugging Face hub when it is not found locally."""
+
+    hub_id: str | None = None
+    hub_config: str | None = None
+    label_key: str = "label"
+    writer_key: str | None = None  # natural client id column
+    augment: bool = False  # random crop + flip only where it is the standard recipe (CIFAR)
+
+
+DATASETS: dict[str, Source] = {
+    "synthetic": Source(),
+    "cifar10": Source("uoft-cs/cifar10", augment=True),
+    "cifar100": Source("uoft-cs/cifar100", label_key="fine_label", augment=True),
+    "mnist": Source("ylecun/mnist"),
+    "fashion_mnist": Source("zalando-datasets/fashion_mnist"),
+    "svhn": Source("ufldl-stanford/svhn", "cropped_digits"),
+    "femnist": Source("flwrlabs/femnist", label_key="character", writer_key="writer_id"),
+    "imagefolder": Source(),
+}
+
+
+def load_dataset(
+    name: str,
+    data_dir: str = "",
+    *,
+    num_clients: int = 10,
+    seed: int = 0,
+    synthetic_alpha: float = 1.0,
+    synthetic_beta: float = 1.0,
+) -> Dataset:
+    """Load ``name`` as tensors: local tree/archive first, then the hub; decoded images are cached.
+
+    ``num_clients``, ``seed`` and the ``synthetic_*`` parameters only affect ``synthetic``.
+    ``imagefolder`` reads the user's own tree: ``data_dir`` holds ``train/<label>/...`` and
+    optionally ``test/<label>/...`` (or is a ``.tar.gz`` of that layout).
+    """
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; allowed: {', '.join(DATASETS)}")
+    if name == "synthetic":
+        return make_synthetic(num_clients, seed, synthetic_alpha, synthetic_beta)
+    src = DATASETS[name]
+    if name == "imagefolder":
+        path = Path(data_dir).expanduser()
+        if not data_dir or not path.exists():
+            raise FileNotFoundError(
+                f"imagefolder needs data_dir pointing at a directory with train/<label>/<file> "
+                f"(and optionally test/<label>/<file>) or a .tar.gz of it; got {data_dir!r}"
+            )
+        arrays = _cached(name, _fingerprint(path), lambda: _read_image_tree(path))
+    else:
+        dirs = search_dirs(data_dir)
+        path = _find_local(name, dirs)
+        if path is not None:
+            arrays = _cached(name, _fingerprint(path), lambda: _read_image_tree(path))
+        else:
+            key = f"hub:{src.hub_id}:{src.hub_config}"
+            arrays = _cached(name, key, lambda: _read_hub(name, src, dirs))
+    clients = {k: None if arrays[k] is None else arrays[k].numpy() for k in ("train_client", "test_client")}
+    return Dataset(
+        name=name,
+        train_x=arrays["train_x"],
+        train_y=arrays["train_y"],
+        test_x=arrays["test_x"],
+        test_y=arrays["test_y"],
+        num_classes=int(arrays["num_classes"]),
+        mean=tuple(arrays["mean"]),
+        std=tuple(arrays["std"]),
+        augment=src.augment,
+        **clients,
+    )
+
+
+# --------------------------------------------------------------------------- synthetic
+
+
+def make_synthetic(num_clients: int, seed: int, alpha: float, beta: float, dim: int = 60, classes: int = 10) -> Dataset:
+    """LEAF/FedProx Synthetic(alpha, beta): alpha shifts each client's model, beta its inputs.
+
+    Client k: u_k ~ N(0, alpha), W_k, b_k ~ N(u_k, 1); B_k ~ N(0, beta), v_k ~ N(B_k, 1);
+    x ~ N(v_k, diag(j^-1.2)); y = argmax(W_k x + b_k). Sizes lognormal(4, 2) + 50 (capped);
+    each client's examples are split 80/20 into train/test.
+    """
+    rng = np.random.default_rng(seed)
+    sizes = np.minimum(rng.lognormal(4, 2, num_clients).astype(np.int64) + 50, SYNTHETIC_MAX_CLIENT_SIZE)
+    u = rng.normal(0, alpha, num_clients)
+    big_b = rng.normal(0, beta, num_clients)
+    sd = np.arange(1, dim + 1) ** -0.6  # square root of Sigma_jj = j^-1.2
+    parts: dict[str, list] = {k: [] for k in ("train_x", "train_y", "test_x", "test_y", "train_client", "test_client")}
+    for k, n in enumerate(sizes):
+        w = rng.normal(u[k], 1, (classes, dim))
+        b = rng.normal(u[k], 1, classes)
+        v = rng.normal(big_b[k], 1, dim)
+        x = v + rng.standard_normal((n, dim)) * sd
+        y = np.argmax(x @ w.T + b, axis=1)  # softmax is monotone, so argmax of logits suffices
+        n_train = int(0.8 * n)
+        for split, sl in (("train", slice(0, n_train)), ("test", slice(n_train, n))):
+            parts[f"{split}_x"].append(x[sl])
+            parts[f"{split}_y"].append(y[sl])
+            parts[f"{split}_client"].append(np.full(len(y[sl]), k, dtype=np.int64))
+    cat = {k: np.concatenate(v) for k, v in parts.items()}
+    return Dataset(
+        name="synthetic",
+        train_x=torch.from_numpy(cat["train_x"]).float(),
+        train_y=torch.from_numpy(cat["train_y"]).long(),
+        test_x=torch.from_numpy(cat["test_x"]).float(),
+        test_y=torch.from_numpy(cat["test_y"]).long(),
+        num_classes=classes,
+        mean=(),
+        std=(),
+        augment=False,
+        train_client=cat["train_client"],
+        test_client=cat["test_client"],
+    )
+
+
+# --------------------------------------------------------------------------- locating and caching
+
+
+def search_dirs(data_dir: str = "") -> list[Path]:
+    """Directories searched for ``<name>/train`` or ``<name>.tar.gz``: the explicit one, else defaults."""
+    if data_dir:
+        return [Path(data_dir).expanduser()]
+    env = os.environ.get("FEDAPP_DATA")
+    dirs = [Path(env).expanduser()] if env else []
+    dirs += [
+        Path.home() / ".cache" / "fedapp-data",
+        Path.cwd().parent / "shared" / "data",
+        Path(__file__).resolve().parents[3] / "shared" / "data",
+    ]
+    return list(dict.fromkeys(d.resolve() for d in dirs))
+
+
+def _find_local(name: str, dirs: list[Path]) -> Path | None:
+    for d in dirs:
+        if (d / name / "train").is_dir():
+            return d / name
+        if (d / f"{name}.tar.gz").is_file():
+            return d / f"{name}.tar.gz"
+    return None
+
+
+def _fingerprint(path: Path) -> str:
+    """Path + size + mtime, summed over a tree, so edits to the source invalidate the cache."""
+    path = path.resolve()
+    stats = [path.stat()] if path.is_file() else [p.stat() for p in path.rglob("*") if p.is_file()]
+    size = sum(s.st_size for s in stats)
+    mtime = max((s.st_mtime_ns for s in stats), default=0)
+    return f"{path}:{len(stats)}:{size}:{mtime}"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("FEDAPP_CACHE") or Path.home() / ".cache" / "fedapp").expanduser()
+
+
+def _cached(name: str, key: str, build) -> dict:
+    """Return ``build()``'s tensors, saved once under the cache dir; written atomically so that
+    parallel simulation workers never read a half-written file."""
+    digest = hashlib.sha1(f"{_CACHE_VERSION}:{name}:{key}".encode()).hexdigest()[:16]
+    file = cache_dir() / f"{name}-{digest}.pt"
+    if file.is_file():
+        return torch.load(file)
+    arrays = build()
+    file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_name(f"{file.name}.{os.getpid()}.tmp")
+    torch.save(arrays, tmp)
+    os.replace(tmp, file)
+    return arrays
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def _pil_array(img: Image.Image) -> np.ndarray:
+    """(H, W, C) uint8 with C = 1 for grey images and 3 otherwise."""
+    a = np.asarray(img.convert("L" if img.mode in _GREY_MODES else "RGB"))
+    return a[..., None] if a.ndim == 2 else a
+
+
+def _stack(images: list[np.ndarray], where: str) -> torch.Tensor:
+    """(N, C, H, W) uint8; grey images are widened to RGB when a set mixes both."""
+    if not images:
+        return torch.zeros((0, 0, 0, 0), dtype=torch.uint8)
+    c = max(a.shape[2] for a in images)
+    images = [np.repeat(a, c, axis=2) if a.shape[2] != c else a for a in images]
+    if len({a.shape for a in images}) > 1:
+        raise ValueError(f"images in {where} have different sizes; resize them to one size first")
+    return torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).contiguous()
+
+
+def _iter_tree(path: Path):
+    """Yield (split, label, file name, encoded bytes) from an ImageFolder directory or archive.
+
+    Archives are streamed member by member: extracting 60k small files would cost more than
+    decoding them.
+    """
+    if path.is_file():
+        with tarfile.open(path, "r:*") as tar:
+            for member in tar:
+                parts = PurePosixPath(member.name).parts
+                if member.isfile() and len(parts) >= 3 and parts[-3] in SPLITS and not parts[-1].startswith("."):
+                    yield parts[-3], parts[-2], parts[-1], tar.extractfile(member).read()
+        return
+    for split in SPLITS:
+        for label_dir in sorted(p for p in (path / split).glob("*") if p.is_dir()):
+            for f in sorted(label_dir.iterdir()):
+                if f.is_file() and not f.name.startswith("."):
+                    yield split, label_dir.name, f.name, f.read_bytes()
+
+
+def _read_image_tree(path: Path) -> dict:
+    """Decode an ImageFolder tree/archive; labels index the sorted label folder names."""
+    items = {s: [] for s in SPLITS}
+    for split, label, fname, data in _iter_tree(path):
+        items[split].append((label, fname, _pil_array(Image.open(io.BytesIO(data)))))
+    if not items["train"]:
+        raise FileNotFoundError(f"no images under {path} in the layout train/<label>/<file>")
+    names = sorted({label for s in SPLITS for label, _, _ in items[s]})
+    arrays: dict = {"num_classes": len(names), "train_client": None, "test_client": None}
+    for split in SPLITS:
+        rows = sorted(items[split], key=lambda r: (r[0], r[1]))
+        arrays[f"{split}_x"] = _stack([r[2] for r in rows], str(path))
+        arrays[f"{split}_y"] = torch.tensor([names.index(r[0]) for r in rows], dtype=torch.int64)
+    if len(arrays["test_x"]) == 0:
+        arrays["test_x"] = arrays["train_x"][:0]
+    arrays["mean"], arrays["std"] = channel_stats(arrays["train_x"])
+    return arrays
+
+
+def channel_stats(x: torch.Tensor) -> tuple[list[float], list[float]]:
+    """Per-channel mean/std of uint8 images on the [0, 1] scale, from value histograms
+    (exact, and without materialising a float copy of the whole set)."""
+    values = torch.arange(256, dtype=torch.float64) / 255
+    mean, std = [], []
+    for c in range(x.shape[1]):
+        p = torch.bincount(x[:, c].reshape(-1), minlength=256).double()
+        p /= p.sum()
+        m = float((p * values).sum())
+        mean.append(m)
+        std.append(float((p * (values - m) ** 2).sum().sqrt()))
+    return mean, std
+
+
+def _read_hub(name: str, src: Source, dirs: list[Path]) -> dict:
+    """Download through ``datasets`` and convert to the same tensors as a local tree."""
+    try:
+        splits = datasets.load_dataset(src.hub_id, src.hub_config)
+    except Exception as err:  # offline, missing package extras, gated repo...: all need the same fix
+        raise FileNotFoundError(
+            f"dataset {name!r} was not found locally (looked for {name}/train/ and {name}.tar.gz in: "
+            f"{', '.join(map(str, dirs))}) and could not be loaded from the Hugging Face hub "
+            f"({src.hub_id}): {err!r}. Fix: pass data_dir (--data-dir) pointing at a directory holding "
+            f"{name}/train/<label>/<file> or {name}.tar.gz, set $FEDAPP_DATA, or allow hub access."
+        ) from err
+    train = splits["train"]
+    label_feature = train.features[src.label_key]
+    arrays: dict = {"train_client": None, "test_client": None}
+    x, y = _hub_arrays(train, src.label_key, name)
+    if src.writer_key is None:
+        arrays.update(train_x=x, train_y=y)
+        arrays["test_x"], arrays["test_y"] = _hub_arrays(splits["test"], src.label_key, name)
+    else:  # FEMNIST ships one split: hold out 10% of every writer's examples
+        _, client = np.unique(np.asarray(train[src.writer_key]), return_inverse=True)
+        order = np.argsort(client, kind="stable")
+        groups = np.split(order, np.cumsum(np.bincount(client))[:-1])
+        tr, te = zip(*(local_test_split(g, 0.1, seed=k) for k, g in enumerate(groups)))
+        tr, te = np.sort(np.concatenate(tr)), np.sort(np.concatenate(te))
+        arrays.update(train_x=x[tr], train_y=y[tr], test_x=x[te], test_y=y[te])
+        arrays["train_client"], arrays["test_client"] = torch.from_numpy(client[tr]), torch.from_numpy(client[te])
+    arrays["num_classes"] = (
+        label_feature.num_classes if isinstance(label_feature, datasets.ClassLabel) else int(y.max()) + 1
+    )
+    arrays["mean"], arrays["std"] = channel_stats(arrays["train_x"])
+    return arrays
+
+
+def _hub_arrays(split: datasets.Dataset, label_key: str, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    image_key = next(k for k, f in split.features.items() if isinstance(f, datasets.Image))
+    images = [_pil_array(img) for batch in split.iter(batch_size=1024) for img in batch[image_key]]
+    return _stack(images, f"hub dataset {name}"), torch.tensor(split[label_key], dtype=torch.int64)

@@ -1,0 +1,110 @@
+"""What the ServerApp and ClientApp build from a RunConfig: data, model, device.
+
+Loaded datasets are cached per process (read-only tensors, not client state), so a
+Ray worker or SuperNode decodes and partitions once and serves every message from memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from fedapp.config import RunConfig
+from fedapp.data import Dataset, load_dataset, local_test_split, partition_indices, split_seen_unseen
+from fedapp.models import build_model
+
+
+def device_of(cfg: RunConfig) -> torch.device:
+    if cfg.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(cfg.device)
+
+
+@lru_cache(maxsize=4)
+def _dataset(name: str, data_dir: str, num_clients: int, seed: int, s_alpha: float, s_beta: float) -> Dataset:
+    return load_dataset(name, data_dir, num_clients=num_clients, seed=seed,
+                        synthetic_alpha=s_alpha, synthetic_beta=s_beta)
+
+
+def dataset(cfg: RunConfig, data_dir: str | None = None) -> Dataset:
+    return _dataset(cfg.dataset, cfg.data_dir if data_dir is None else data_dir, cfg.num_clients,
+                    cfg.seed, cfg.synthetic_alpha, cfg.synthetic_beta)
+
+
+@lru_cache(maxsize=4)
+def _partitions(name: str, data_dir: str, num_clients: int, seed: int, s_alpha: float, s_beta: float,
+                partition: str, alpha: float, classes: int, shards: int, sigma: float) -> list[np.ndarray]:
+    ds = _dataset(name, data_dir, num_clients, seed, s_alpha, s_beta)
+    return partition_indices(partition, ds.train_y.numpy(), num_clients, seed, alpha=alpha,
+                             classes_per_client=classes, num_shards=shards, sigma=sigma,
+                             natural_ids=ds.train_client)
+
+
+@dataclass
+class ClientData:
+    """One client's tensors: its training split and its local test split (CPU, uint8 or float)."""
+
+    pid: int
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    num_classes: int
+    mean: tuple
+    std: tuple
+    augment: bool
+    unseen: bool = False
+
+
+def client_data(cfg: RunConfig, pid: int, data_dir: str | None = None) -> ClientData:
+    """Partition ``pid`` of the configured dataset, split into local train/test.
+
+    ``data_dir`` (a SuperNode's own data) overrides the run config; such a site's
+    whole ImageFolder tree is its partition.
+    """
+    if not 0 <= pid < cfg.num_clients and data_dir is None:
+        raise ValueError(f"partition-id {pid} is outside 0..{cfg.num_clients - 1} (num-clients)")
+    if data_dir is not None:
+        ds = load_dataset("imagefolder", data_dir, seed=cfg.seed)
+        idx = np.arange(len(ds.train_y))
+    else:
+        ds = dataset(cfg)
+        idx = _partitions(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.seed, cfg.synthetic_alpha,
+                          cfg.synthetic_beta, cfg.partition, cfg.partition_alpha, cfg.partition_classes,
+                          cfg.partition_shards, cfg.partition_sigma)[pid]
+    train_idx, test_idx = local_test_split(np.asarray(idx), cfg.test_fraction, cfg.seed * 100003 + pid)
+    if data_dir is not None and len(ds.test_y):  # a site's own test folder is its local test set
+        train_idx, test_x, test_y = idx, ds.test_x, ds.test_y
+    else:
+        test_x, test_y = ds.train_x[test_idx], ds.train_y[test_idx]
+    unseen = pid in unseen_clients(cfg)
+    return ClientData(pid, ds.train_x[train_idx], ds.train_y[train_idx], test_x, test_y,
+                      ds.num_classes, ds.mean, ds.std, ds.augment, unseen)
+
+
+def unseen_clients(cfg: RunConfig) -> frozenset[int]:
+    """Partition ids held out as new clients (never trained on)."""
+    if cfg.unseen_fraction == 0:
+        return frozenset()
+    return frozenset(split_seen_unseen(cfg.num_clients, cfg.unseen_fraction, cfg.seed)[1])
+
+
+def model_for(cfg: RunConfig, ds: Dataset | None = None) -> torch.nn.Module:
+    """The configured model, initialised from the run seed (identical on server and clients)."""
+    ds = ds or dataset(cfg)
+    torch.manual_seed(cfg.seed)
+    return build_model(cfg.model, ds.input_shape, ds.num_classes)
+
+
+def num_local_steps(cfg: RunConfig, num_train: int) -> int:
+    """local-steps, or local-epochs worth of full batches (at least one)."""
+    if cfg.local_steps > 0:
+        return cfg.local_steps
+    return max(1, -(-num_train // cfg.batch_size)) * cfg.local_epochs
+
+
+def round_lr(cfg: RunConfig, server_round: int) -> float:
+    return cfg.lr * cfg.lr_decay ** (server_round - 1)

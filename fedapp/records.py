@@ -1,0 +1,56 @@
+"""Conversions between torch tensors and Flower records, and byte accounting.
+
+A *payload* is ``{record name: {tensor name: tensor}}``: the ArrayRecords of one
+message. Byte counts are taken from the records as they are sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+
+Tensors = dict[str, torch.Tensor]
+Payload = dict[str, Tensors]
+
+
+def to_record(tensors: Mapping[str, torch.Tensor]) -> ArrayRecord:
+    return ArrayRecord({k: v.detach().cpu() for k, v in tensors.items()})
+
+
+def from_record(record: ArrayRecord) -> Tensors:
+    return {k: torch.from_numpy(v.numpy()) for k, v in record.items()}
+
+
+def make_content(payload: Mapping[str, Mapping[str, torch.Tensor] | ArrayRecord],
+                 config: Mapping | None = None, metrics: Mapping | None = None) -> RecordDict:
+    """A RecordDict holding each payload entry as an ArrayRecord (reused when already one)."""
+    content = RecordDict()
+    for name, tensors in payload.items():
+        content[name] = tensors if isinstance(tensors, ArrayRecord) else to_record(tensors)
+    if config is not None:
+        content["config"] = ConfigRecord(dict(config))
+    if metrics is not None:
+        content["metrics"] = MetricRecord(dict(metrics))
+    return content
+
+
+def payload_of(content: RecordDict) -> Payload:
+    return {name: from_record(rec) for name, rec in content.array_records.items()}
+
+
+def content_bytes(content: RecordDict) -> tuple[int, int]:
+    """(bytes, parameters) of the arrays in one message's content."""
+    nbytes = params = 0
+    for rec in content.array_records.values():
+        nbytes += rec.count_bytes()
+        params += sum(int(a.numpy().size) if not a.shape else _numel(a.shape) for a in rec.values())
+    return nbytes, params
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n

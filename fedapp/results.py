@@ -1,0 +1,93 @@
+"""Per-run results: rows per round as JSON and CSV, and plots, rewritten after every round.
+
+Files are written atomically (temporary file, then rename), so a run stopped at any
+moment leaves every completed round on disk.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from fedapp.config import RunConfig
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def run_dir(cfg: RunConfig) -> Path:
+    name = cfg.run_name or f"{cfg.strategy}-{cfg.dataset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return Path(cfg.results_dir).expanduser() / name
+
+
+class ResultsWriter:
+    """Writes ``rounds.json``, ``rounds.csv`` and ``plot.png`` under results-dir/run-name."""
+
+    def __init__(self, cfg: RunConfig, path: Path | None = None):
+        self.cfg = cfg
+        self.path = path or run_dir(cfg)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.rows: list[dict[str, Any]] = []
+        self.extra: dict[str, Any] = {}
+
+    def add(self, row: dict[str, Any], strategy=None) -> None:
+        self.rows.append(row)
+        if strategy is not None and hasattr(strategy, "extra_results"):
+            self.extra = strategy.extra_results()
+        self.flush()
+
+    def flush(self) -> None:
+        doc = {"config": self.cfg.as_dict(), "rounds": self.rows, **self.extra}
+        atomic_write(self.path / "rounds.json", json.dumps(doc, indent=1, default=float).encode())
+        columns = list(dict.fromkeys(k for row in self.rows for k in row))
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, columns)
+        w.writeheader()
+        for row in self.rows:
+            w.writerow({k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in row.items()})
+        atomic_write(self.path / "rounds.csv", buf.getvalue().encode())
+
+    def close(self, strategy=None) -> None:
+        if self.rows:
+            plot(self.rows, self.path / "plot.png", title=f"{self.cfg.strategy} on {self.cfg.dataset}")
+
+
+def plot(rows: list[dict[str, Any]], path: Path, title: str = "") -> None:
+    """Accuracy against rounds and against cumulative bytes (both directions)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for key in ("central-accuracy", "fed-accuracy", "fed-seen-accuracy", "fed-unseen-accuracy"):
+        pts = [(r["round"], r.get("total-train-bytes-down", 0) + r.get("total-train-bytes-up", 0), r[key])
+               for r in rows if key in r]
+        if not pts:
+            continue
+        rounds, nbytes, acc = zip(*pts)
+        axes[0].plot(rounds, acc, marker=".", label=key)
+        axes[1].plot([b / 1e6 for b in nbytes], acc, marker=".", label=key)
+    axes[0].set_xlabel("round")
+    axes[1].set_xlabel("training traffic, MB (up + down)")
+    for ax in axes:
+        ax.set_ylabel("accuracy")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    atomic_write(path, buf.getvalue())

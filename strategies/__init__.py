@@ -1,0 +1,1 @@
+"""Server-side strategies: one module per algorithm, on the shared machinery in ``base``."""

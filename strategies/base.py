@@ -1,0 +1,408 @@
+"""Shared server machinery for every fedapp strategy.
+
+:class:`FedStrategy` implements Flower's message-based ``Strategy`` and adds what
+all algorithms here need, once: node discovery keyed by ``partition-id``, seeded
+sampling over partition ids, per-client messages, reply validation, byte
+accounting from the records sent, centralised and federated evaluation, per-round
+results and checkpoints. An algorithm subclass overrides only the hooks that carry
+its update rule: ``train_payload``, ``train_config``, ``reply_spec``, ``aggregate``,
+``eval_payload`` and ``central_state`` (and ``fit_round`` for several round trips).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from logging import INFO, WARNING
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
+
+from fedapp.config import Key, RunConfig
+from fedapp.data import Dataset
+from fedapp.experiment import round_lr, unseen_clients
+from fedapp.records import Payload, Tensors, content_bytes, make_content, payload_of
+from fedapp.training import evaluate
+
+Spec = dict[str, dict[str, tuple[tuple[int, ...], torch.dtype]]]
+
+
+@dataclass
+class Reply:
+    """One valid client reply, keyed by the partition id the client reported."""
+
+    pid: int
+    payload: Payload
+    metrics: dict[str, float]
+
+    @property
+    def num_examples(self) -> int:
+        return int(self.metrics["num-examples"])
+
+
+@dataclass
+class ClientInfo:
+    node_id: int
+    num_train: int
+    num_test: int
+    unseen: bool
+
+
+def spec_of(payload: Mapping[str, Tensors]) -> Spec:
+    return {name: {k: (tuple(v.shape), v.dtype) for k, v in t.items()} for name, t in payload.items()}
+
+
+def weighted_mean(states: list[Tensors], weights: Iterable[float]) -> Tensors:
+    """Sum_i w_i * state_i / Sum_i w_i, key by key, keeping each tensor's dtype."""
+    w = torch.tensor(list(weights), dtype=torch.float64)
+    w = w / w.sum()
+    out = {}
+    for k, ref in states[0].items():
+        stacked = torch.stack([s[k].to(torch.float64) for s in states])
+        mean = torch.tensordot(w, stacked, dims=1)
+        out[k] = mean.round().to(ref.dtype) if not ref.is_floating_point() else mean.to(ref.dtype)
+    return out
+
+
+class FedStrategy(Strategy):
+    """FedAvg-shaped base: every hook defaults to Federated Averaging.
+
+    McMahan et al., "Communication-Efficient Learning of Deep Networks from
+    Decentralized Data" (AISTATS 2017). Each round a seeded sample S_t of the
+    training clients receives the global model w_t, runs local SGD, and returns
+    w_i; then w_{t+1} = sum_{i in S_t} n_i w_i / sum_{i in S_t} n_i.
+    """
+
+    #: run-config prefix and keys of the algorithm's own settings (``prefix.key``)
+    config_prefix: ClassVar[str] = "fedavg"
+    config_keys: ClassVar[tuple[Key, ...]] = ()
+    #: attributes written to checkpoints besides the base ones
+    checkpoint_attrs: ClassVar[tuple[str, ...]] = ()
+    #: average replies by example count (False: unweighted means, as FedDyn-style methods use)
+    weighted: ClassVar[bool] = True
+
+    def __init__(self, cfg: RunConfig, model: torch.nn.Module, dataset: Dataset | None = None):
+        self.cfg = cfg
+        self.model = model
+        self.dataset = dataset
+        self.global_state: Tensors = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        self.rng = np.random.default_rng([cfg.seed, 7])
+        self.clients: dict[int, ClientInfo] = {}
+        self.unseen = unseen_clients(cfg)
+        self.traffic: Counter = Counter()
+        self.dropped: Counter = Counter()
+        self.history: list[dict[str, Any]] = []
+
+    @classmethod
+    def check_config(cls, cfg: RunConfig) -> None:
+        """Cross-key checks of the algorithm's settings; raise ConfigError."""
+
+    def summary(self) -> None:
+        keys = {f"{self.config_prefix}.{k.name}": self.cfg.algo(k.name) for k in self.config_keys}
+        log(INFO, "%s: %s", type(self).__name__, keys or "no algorithm settings")
+
+    # ---- nodes and sampling ----------------------------------------------------------
+    def discover(self, grid: Grid, wait: float = 0.0) -> None:
+        """Ask unknown nodes for their partition id; wait up to ``wait`` s for num-clients."""
+        deadline = time.time() + wait
+        while True:
+            known = {c.node_id for c in self.clients.values()}
+            new = [n for n in grid.get_node_ids() if n not in known]
+            if new:
+                msgs = [Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=n,
+                                message_type=MessageType.QUERY) for n in new]
+                for msg in grid.send_and_receive(msgs, timeout=self.cfg.round_timeout):
+                    if msg.has_error():
+                        log(WARNING, "node %s did not answer discovery: %s", msg.metadata.src_node_id,
+                            msg.error.reason)
+                        continue
+                    m = msg.content["metrics"]
+                    pid = int(m["partition-id"])
+                    self.clients[pid] = ClientInfo(msg.metadata.src_node_id, int(m["num-train"]),
+                                                   int(m["num-test"]), pid in self.unseen)
+            if len(self.clients) >= self.cfg.num_clients or time.time() >= deadline:
+                return
+            time.sleep(1.0)
+
+    def train_pool(self) -> list[int]:
+        """Partition ids that take part in training (seen clients that are connected)."""
+        return sorted(pid for pid, c in self.clients.items() if not c.unseen)
+
+    def sample(self, server_round: int, pool: list[int] | None = None, fraction: float | None = None) -> list[int]:
+        """Seeded sample of ``fraction`` of ``pool`` (at least min-train-nodes), sorted."""
+        pool = self.train_pool() if pool is None else pool
+        fraction = self.cfg.fraction_train if fraction is None else fraction
+        n = min(len(pool), max(self.cfg.min_train_nodes, int(round(fraction * len(pool)))))
+        return sorted(int(p) for p in self.rng.choice(pool, size=n, replace=False))
+
+    # ---- messages --------------------------------------------------------------------
+    def exchange(self, grid: Grid, msgs: list[Message], traffic: str = "train") -> list[Message]:
+        """Send the messages and return the replies, counting bytes both ways."""
+        for msg in msgs:
+            nbytes, params = content_bytes(msg.content)
+            self.traffic[f"{traffic}-bytes-down"] += nbytes
+            self.traffic[f"{traffic}-params-down"] += params
+        replies = list(grid.send_and_receive(msgs, timeout=self.cfg.round_timeout)) if msgs else []
+        for msg in replies:
+            if msg.has_content():
+                nbytes, params = content_bytes(msg.content)
+                self.traffic[f"{traffic}-bytes-up"] += nbytes
+                self.traffic[f"{traffic}-params-up"] += params
+        missing = len(msgs) - len(replies)
+        if missing:
+            self.drop("timeout", missing)
+        return replies
+
+    def drop(self, reason: str, count: int = 1, pid: int | None = None) -> None:
+        self.dropped[reason] += count
+        log(WARNING, "dropped %d repl%s%s: %s", count, "y" if count == 1 else "ies",
+            "" if pid is None else f" from partition {pid}", reason)
+
+    def parse_replies(self, replies: Iterable[Message], expected: Mapping[int, Spec | None]) -> list[Reply]:
+        """Valid replies only: no error, a known partition id, the expected arrays, finite values.
+
+        ``expected`` maps each addressed partition id to the arrays its reply must carry
+        (names, shapes, dtypes); ``None`` skips the array check (evaluation replies).
+        """
+        node_to_pid = {self.clients[pid].node_id: pid for pid in expected}
+        valid = []
+        for msg in replies:
+            pid = node_to_pid.get(msg.metadata.src_node_id)
+            if msg.has_error():
+                self.drop(f"client-error: {msg.error.reason[:200]}", pid=pid)
+                continue
+            reason = self.check_reply(msg.content, pid, expected.get(pid))
+            if reason:
+                self.drop(reason, pid=pid)
+                continue
+            metrics = {k: float(v) for k, v in msg.content["metrics"].items()}
+            valid.append(Reply(pid, payload_of(msg.content), metrics))
+        return sorted(valid, key=lambda r: r.pid)
+
+    @staticmethod
+    def check_reply(content: RecordDict, pid: int | None, spec: Spec | None) -> str | None:
+        """Why a reply is invalid, or None when it is fine."""
+        if pid is None:
+            return "unknown-node"
+        metrics = content.metric_records.get("metrics")
+        if metrics is None or int(metrics.get("partition-id", -1)) != pid:
+            return "wrong-partition-id"
+        n = metrics.get("num-examples")
+        if not isinstance(n, (int, float)) or not math.isfinite(n) or n < 0 or n != int(n):
+            return "bad-num-examples"
+        if spec is None:
+            return None
+        got = {name: {k: (tuple(a.shape), a.dtype) for k, a in rec.items()}
+               for name, rec in content.array_records.items()}
+        if set(got) != set(spec):
+            return f"wrong-records: {sorted(got)} != {sorted(spec)}"
+        for name, keys in spec.items():
+            if list(got[name]) != list(keys):
+                return f"wrong-keys in {name}"
+            for k, (shape, dtype) in keys.items():
+                gshape, gdtype = got[name][k]
+                if gshape != shape:
+                    return f"wrong-shape: {name}/{k} {gshape} != {shape}"
+                if gdtype != str(dtype).removeprefix("torch."):
+                    return f"wrong-dtype: {name}/{k} {gdtype} != {dtype}"
+        for name, rec in content.array_records.items():
+            for k, a in rec.items():
+                arr = a.numpy()
+                if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                    return f"non-finite: {name}/{k}"
+        return None
+
+    # ---- algorithm hooks (FedAvg defaults) ---------------------------------------------
+    def train_payload(self, pid: int, server_round: int) -> Payload | ArrayRecord | dict:
+        """Arrays sent to client ``pid`` for training. Return the same object to every
+        client when it is shared: it is converted to a record once per round."""
+        return {"arrays": self.global_state}
+
+    def train_config(self, pid: int, server_round: int) -> dict[str, Any]:
+        return {"lr": round_lr(self.cfg, server_round)}
+
+    def reply_spec(self, pid: int, server_round: int) -> Spec:
+        """Arrays a training reply must carry: by default the full model."""
+        return spec_of({"arrays": self.global_state})
+
+    def aggregate(self, server_round: int, replies: list[Reply]) -> None:
+        """Update the server state from the valid replies (at least min-train-nodes)."""
+        weights = [r.num_examples if self.weighted else 1.0 for r in replies]
+        self.global_state = weighted_mean([r.payload["arrays"] for r in replies], weights)
+
+    def eval_payload(self, pid: int, server_round: int) -> Payload | dict:
+        """Arrays a client evaluates on its local test split."""
+        return {"arrays": self.global_state}
+
+    def central_state(self) -> Tensors | None:
+        """The model evaluated on the global test set; None when there is no single model."""
+        return self.global_state
+
+    # ---- Flower Strategy API ---------------------------------------------------------
+    def messages(self, contents: Mapping[int, RecordDict], message_type: str) -> list[Message]:
+        return [Message(c, dst_node_id=self.clients[pid].node_id, message_type=message_type)
+                for pid, c in contents.items()]
+
+    def records(self, payload: Mapping, cache: dict) -> dict[str, ArrayRecord]:
+        """ArrayRecords of a payload; an object shared by several clients is converted once."""
+        out = {}
+        for name, tensors in payload.items():
+            if id(tensors) not in cache:
+                cache[id(tensors)] = (tensors if isinstance(tensors, ArrayRecord)
+                                      else ArrayRecord({k: v.detach().cpu() for k, v in tensors.items()}))
+            out[name] = cache[id(tensors)]
+        return out
+
+    def train_contents(self, server_round: int, config: Mapping | None = None) -> dict[int, RecordDict]:
+        """One message content per sampled partition id."""
+        cache: dict = {}
+        return {pid: make_content(self.records(self.train_payload(pid, server_round), cache),
+                                  {**dict(config or {}), **self.train_config(pid, server_round),
+                                   "server-round": server_round, "partition-id": pid})
+                for pid in self.sample(server_round)}
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord | None, config: ConfigRecord,
+                        grid: Grid) -> list[Message]:
+        """Flower API: the training messages (the strategy's own state is the model; ``arrays`` is unused)."""
+        return self.messages(self.train_contents(server_round, config), MessageType.TRAIN)
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message],
+                        expected: Mapping[int, Spec] | None = None) -> tuple[None, MetricRecord | None]:
+        if expected is None:  # called through Flower's API: any known client, full model
+            expected = {pid: self.reply_spec(pid, server_round) for pid in self.clients}
+        valid = self.parse_replies(replies, expected)
+        metrics = {"replies": len(valid)}
+        if len(valid) < self.cfg.min_train_nodes:
+            log(WARNING, "round %d: %d valid replies < min-train-nodes %d: state unchanged",
+                server_round, len(valid), self.cfg.min_train_nodes)
+            metrics["skipped"] = 1
+            return None, MetricRecord(metrics)
+        self.aggregate(server_round, valid)
+        n = sum(r.num_examples for r in valid) or 1
+        for key in ("train-loss",):
+            if all(key in r.metrics for r in valid):
+                metrics[key] = sum(r.metrics[key] * r.num_examples for r in valid) / n
+        return None, MetricRecord(metrics)
+
+    def evaluate_contents(self, server_round: int, config: Mapping | None = None) -> dict[int, RecordDict]:
+        if not self.cfg.fraction_evaluate:
+            return {}
+        cache: dict = {}
+        pids = self.sample(server_round, sorted(self.clients), self.cfg.fraction_evaluate)
+        return {pid: make_content(self.records(self.eval_payload(pid, server_round), cache),
+                                  {**dict(config or {}), "server-round": server_round, "partition-id": pid})
+                for pid in pids}
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord | None, config: ConfigRecord,
+                           grid: Grid) -> list[Message]:
+        return self.messages(self.evaluate_contents(server_round, config), MessageType.EVALUATE)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message],
+                           expected: Mapping[int, None] | None = None) -> MetricRecord | None:
+        """Pooled accuracy/loss over clients, per-client spread, and seen/unseen splits."""
+        valid = self.parse_replies(replies, expected or dict.fromkeys(self.clients))
+        if not valid:
+            return None
+        out: dict[str, float] = {}
+        groups = {"fed": valid}
+        if self.unseen:
+            groups["fed-seen"] = [r for r in valid if r.pid not in self.unseen]
+            groups["fed-unseen"] = [r for r in valid if r.pid in self.unseen]
+        for prefix, rs in groups.items():
+            rs = [r for r in rs if r.num_examples > 0]
+            if not rs:
+                continue
+            n = sum(r.num_examples for r in rs)
+            accs = np.array([r.metrics["accuracy"] for r in rs])
+            out[f"{prefix}-accuracy"] = sum(r.metrics["accuracy"] * r.num_examples for r in rs) / n
+            out[f"{prefix}-loss"] = sum(r.metrics["loss"] * r.num_examples for r in rs) / n
+            out[f"{prefix}-acc-client-mean"] = float(accs.mean())
+            out[f"{prefix}-acc-client-std"] = float(accs.std())
+            out[f"{prefix}-acc-client-min"] = float(accs.min())
+            out[f"{prefix}-acc-client-max"] = float(accs.max())
+        return MetricRecord(out)
+
+    # ---- rounds ----------------------------------------------------------------------
+    def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]:
+        """One round of training: configure, exchange, validate, aggregate."""
+        contents = self.train_contents(server_round)
+        replies = self.exchange(grid, self.messages(contents, MessageType.TRAIN))
+        expected = {pid: self.reply_spec(pid, server_round) for pid in contents}
+        _, metrics = self.aggregate_train(server_round, replies, expected)
+        return dict(metrics or {})
+
+    def evaluate_round(self, server_round: int, grid: Grid) -> dict[str, float]:
+        out: dict[str, float] = {}
+        contents = self.evaluate_contents(server_round)
+        if contents:
+            replies = self.exchange(grid, self.messages(contents, MessageType.EVALUATE), traffic="eval")
+            out.update(self.aggregate_evaluate(server_round, replies, {pid: None for pid in contents}) or {})
+        out.update(self.evaluate_central())
+        return out
+
+    def evaluate_central(self) -> dict[str, float]:
+        state = self.central_state() if self.cfg.central_eval and self.dataset is not None else None
+        if state is None:
+            return {}
+        self.model.load_state_dict(state)
+        ds = self.dataset
+        m = evaluate(self.model, ds.test_x, ds.test_y, mean=ds.mean, std=ds.std)
+        return {"central-accuracy": m["accuracy"], "central-loss": m["loss"]}
+
+    def start(self, grid: Grid, initial_arrays: ArrayRecord | None = None, num_rounds: int | None = None,
+              timeout: float | None = None, train_config=None, evaluate_config=None, evaluate_fn=None,
+              writer=None, start_round: int = 1) -> list[dict[str, Any]]:
+        """Run all rounds; each round's row goes to ``writer`` as soon as it is complete."""
+        num_rounds = num_rounds or self.cfg.num_server_rounds
+        self.summary()
+        self.discover(grid, wait=self.cfg.node_wait_timeout)
+        if len(self.clients) < self.cfg.num_clients:
+            log(WARNING, "only %d of %d clients connected; going on with those", len(self.clients),
+                self.cfg.num_clients)
+        if not self.train_pool():
+            raise RuntimeError("no training client is connected")
+        totals: Counter = Counter()
+        t_start = time.time()
+        if start_round == 1:
+            row = {"round": 0, **self.evaluate_central(), "wall-time": 0.0}
+            self._record(row, writer)
+        for rnd in range(start_round, num_rounds + 1):
+            t0 = time.time()
+            self.traffic.clear()
+            self.dropped.clear()
+            self.discover(grid)  # nodes that joined since the last round
+            row: dict[str, Any] = {"round": rnd, **self.fit_round(rnd, grid)}
+            row["train-seconds"] = time.time() - t0
+            if rnd % self.cfg.eval_every == 0 or rnd == num_rounds:
+                row.update(self.evaluate_round(rnd, grid))
+            totals.update(self.traffic)
+            row.update(self.traffic)
+            row.update({f"total-{k}": v for k, v in totals.items()})
+            row["dropped-replies"] = sum(self.dropped.values())
+            row["dropped-reasons"] = dict(self.dropped)
+            row["round-seconds"] = time.time() - t0
+            row["wall-time"] = time.time() - t_start
+            self._record(row, writer)
+        return self.history
+
+    def _record(self, row: dict[str, Any], writer) -> None:
+        self.history.append(row)
+        parts = [f"round {row['round']}"]
+        for key in ("train-loss", "central-accuracy", "fed-accuracy", "fed-unseen-accuracy", "train-bytes-down",
+                    "train-bytes-up", "round-seconds"):
+            if key in row:
+                v = row[key]
+                parts.append(f"{key} {v:.4f}" if isinstance(v, float) else f"{key} {v}")
+        if row.get("dropped-replies"):
+            parts.append(f"dropped {row['dropped-reasons']}")
+        log(INFO, " | ".join(parts))
+        if writer is not None:
+            writer.add(row, self)

@@ -1,0 +1,26 @@
+"""Shared test settings: Flower offline and private, small torch thread pool."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
+torch.set_num_threads(1)
+
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture
+def small_config(tmp_path):
+    """A fast run config on the offline synthetic data."""
+    return {
+        "num-clients": 4, "num-server-rounds": 2, "local-steps": 3, "batch-size": 16,
+        "results-dir": str(tmp_path / "results"), "run-name": "t", "seed": 3,
+    }

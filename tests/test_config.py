@@ -1,0 +1,66 @@
+"""Run-config validation: every bad value stops the run with a message naming the key."""
+
+import tomllib
+
+import pytest
+
+from fedapp.config import COMMON_KEYS, ConfigError, defaults, parse_run_config
+from tests.conftest import ROOT
+
+
+def test_defaults_parse_and_match_pyproject():
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        declared = tomllib.load(f)["tool"]["flwr"]["app"]["config"]
+
+    def flat(d, prefix=""):
+        out = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+        return out
+
+    assert flat(declared) == defaults()
+    cfg = parse_run_config(flat(declared))
+    assert cfg.strategy == "fedavg" and cfg.num_clients == 10 and cfg.local_steps == 0
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("strategy", "fedfoo", "'strategy' = 'fedfoo'"),
+    ("dataset", "imagenet", "'dataset'"),
+    ("model", "vgg", "'model'"),
+    ("partition", "weird", "'partition'"),
+    ("fraction-train", 0.0, "'fraction-train'"),
+    ("fraction-train", 1.5, "(0.0, 1.0]"),
+    ("lr", -0.1, "'lr'"),
+    ("num-server-rounds", 0, "'num-server-rounds'"),
+    ("batch-size", 2.5, "'batch-size'"),
+    ("central-eval", "yes", "'central-eval'"),
+])
+def test_bad_values_name_key_and_allowed(key, value, needle):
+    with pytest.raises(ConfigError) as err:
+        parse_run_config({key: value})
+    assert needle in str(err.value)
+    assert "allowed is" in str(err.value)
+
+
+def test_unknown_choice_lists_allowed_values():
+    with pytest.raises(ConfigError, match="'fedavg'"):
+        parse_run_config({"strategy": "nope"})
+    with pytest.raises(ConfigError, match="'lenet'"):
+        parse_run_config({"model": "nope"})
+
+
+def test_unknown_key_and_inconsistent_pairs():
+    with pytest.raises(ConfigError, match="unknown run config key.*'num-round'"):
+        parse_run_config({"num-round": 3})
+    with pytest.raises(ConfigError, match="'partition' = 'natural'"):
+        parse_run_config({"dataset": "cifar10", "partition": "natural"})
+    with pytest.raises(ConfigError, match="min-train-nodes"):
+        parse_run_config({"num-clients": 2, "min-train-nodes": 3})
+
+
+def test_types_are_coerced():
+    cfg = parse_run_config({"lr": 1, "num-clients": 4.0, "central-eval": "false"})
+    assert cfg.lr == 1.0 and isinstance(cfg.lr, float)
+    assert cfg.num_clients == 4 and isinstance(cfg.num_clients, int)
+    assert cfg.central_eval is False
+    assert {k.name for k in COMMON_KEYS} <= set(cfg.as_dict())
