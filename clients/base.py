@@ -44,6 +44,10 @@ class FedClient:
     def params(self) -> dict[str, torch.nn.Parameter]:
         return dict(self.model.named_parameters())
 
+    def param_tensors(self) -> Tensors:
+        """Detached copies of the trainable parameters (duals and control variates live on these)."""
+        return {k: v.detach().clone() for k, v in self.params.items()}
+
     def model_tensors(self) -> Tensors:
         return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
 
@@ -120,6 +124,7 @@ class FedClient:
         self.receive(payload, config)
         steps = int(config.get("local-steps") or num_local_steps(self.cfg, len(self.data.train_y)))
         seed = (self.cfg.seed * 1_000_003 + int(config["server-round"])) * 10_007 + self.data.pid
+        self.steps = steps  # end_fit reads it (SCAFFOLD's (x - y_i) / (K lr))
         metrics = self.train(steps, float(config["lr"]), seed)
         self.end_fit(payload, config)
         metrics["num-examples"] = len(self.data.train_y)

@@ -101,6 +101,14 @@ class FedStrategy(Strategy):
         self.dropped: Counter = Counter()
         self.history: list[dict[str, Any]] = []
 
+    @property
+    def param_keys(self) -> list[str]:
+        """Names of the trainable parameters (server duals and control variates live on these)."""
+        return [k for k, _ in self.model.named_parameters()]
+
+    def zeros_like_params(self) -> Tensors:
+        return {k: torch.zeros_like(self.global_state[k]) for k in self.param_keys}
+
     @classmethod
     def check_config(cls, cfg: RunConfig) -> None:
         """Cross-key checks of the algorithm's settings; raise ConfigError."""
