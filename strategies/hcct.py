@@ -1,0 +1,227 @@
+"""HCCT: hierarchical clustering-based collaborative training (Sun, Kountouris, Zhang)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from logging import INFO
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+
+from clients.hcct import HCCTClient, HCCTPClient
+from fedapp.config import ConfigError, Key, RunConfig
+from fedapp.models import body_head_keys, layer_groups
+from fedapp.records import Tensors
+from strategies.base import FedStrategy, Reply, spec_of, weighted_mean
+
+Group = tuple[int, ...]
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> float:
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    return float(a @ b / (na * nb)) if na > 0 and nb > 0 else 0.0
+
+
+def group_utility(members: Sequence[int], updates: Mapping[int, np.ndarray], sizes: Mapping[int, float],
+                  alpha: float) -> float:
+    """Sum over i in G of U_i = -alpha / D_G + cos(g_i, g_G), g_G = sum_i D_i g_i / D_G."""
+    d_group = sum(sizes[i] for i in members)
+    g_group = sum(sizes[i] * updates[i] for i in members) / d_group
+    return sum(-alpha / d_group + _cos(updates[i], g_group) for i in members)
+
+
+def hierarchical_partition(updates: Mapping[int, np.ndarray], sizes: Mapping[int, float],
+                           alpha: float) -> list[Group]:
+    """Agglomerative partition of Algorithm 2, from singletons.
+
+    The benefit of merging groups A and B is S(A u B) - S(A) - S(B), S the summed utility of a
+    group's members; the best pair is merged while its benefit is positive. Benefits are cached:
+    after a merge only the pairs with the new group are computed (ties: lowest client ids first).
+    """
+    groups: dict[Group, float] = {(i,): group_utility((i,), updates, sizes, alpha) for i in sorted(updates)}
+
+    def benefit(a: Group, b: Group) -> tuple[Group, float]:
+        merged = tuple(sorted(a + b))
+        total = group_utility(merged, updates, sizes, alpha)
+        return merged, total - groups[a] - groups[b]
+
+    ids = list(groups)
+    cache = {(a, b): benefit(a, b) for n, a in enumerate(ids) for b in ids[n + 1:]}
+    while cache:
+        (a, b), (merged, gain) = max(cache.items(), key=lambda kv: (kv[1][1], [-i for i in kv[1][0]]))
+        if gain <= 0:
+            break
+        cache = {pair: v for pair, v in cache.items() if a not in pair and b not in pair}
+        groups[merged] = groups.pop(a) + groups.pop(b) + gain
+        cache.update({(other, merged): benefit(other, merged) for other in groups if other != merged})
+    return sorted(groups, key=lambda g: g[0])
+
+
+def parse_groups(text: str) -> list[Group]:
+    """'0,1;2' -> [(0, 1), (2,)]: a fixed collaboration pattern (Table II)."""
+    return [tuple(sorted(int(p) for p in g.split(","))) for g in text.split(";") if g.strip()]
+
+
+class HCCT(FedStrategy):
+    """HCCT (Sun, Kountouris, Zhang, "How to Collaborate: Towards Maximizing the Generalization
+    Performance in Cross-Silo Federated Learning", IEEE TMC 2024), Algorithms 1 and 2.
+
+    Every client trains every round (full participation). Round 1 (the paper's round 0) every
+    client is its own group. Each later round the clients are partitioned again, from singletons,
+    with the previous round's updates g_i = w_i^{t,K} - w_{G(i)}^t: the utility of client i in
+    group G is
+
+        U_i(G) = -alpha / D_G + cos(g_i, g_G),   g_G = sum_{j in G} D_j g_j / D_G,
+
+    and the pair of groups whose merge most increases the summed utility of their members is merged
+    while that increase is positive. Group G starts from w_G = sum_{j in G} D_j w_j / D_G (the members'
+    current models) and after local training takes w_G = sum_{j in G} D_j w_j^{t,K} / D_G; each
+    member receives its own group's model. A newcomer trains one round alone from the initial model
+    and is then placed by the same rule.
+    """
+
+    config_prefix = "hcct"
+    config_keys = (
+        Key("alpha", float, 1000.0, "Weight of the data-size term -alpha / D_G of the client utility.", low=0.0),
+        Key("groups", str, "", "Fixed collaboration pattern by partition id, e.g. '0,1;2' ('' learns it)."),
+    )
+    checkpoint_attrs = ("models", "updates", "groups", "group_log")
+
+    def __init__(self, cfg: RunConfig, model: torch.nn.Module, dataset=None):
+        super().__init__(cfg, model, dataset)
+        self.shared_keys = self.shared_state_keys()
+        self.init_state: Tensors = {k: self.global_state[k] for k in self.shared_keys}
+        self.similarity_keys = [k for k in self.shared_keys if self.init_state[k].is_floating_point()]
+        self.models: dict[int, Tensors] = {}  # each client's current (group) model
+        self.updates: dict[int, Tensors] = {}  # each client's last local update g_i
+        self.groups: list[Group] = []
+        self.starts: dict[Group, Tensors] = {}
+        self.group_log: list[dict[str, Any]] = []
+
+    @classmethod
+    def check_config(cls, cfg: RunConfig) -> None:
+        if cfg.fraction_train != 1.0:
+            raise ConfigError(f"run config 'fraction-train' = {cfg.fraction_train}: {cls.__name__} needs "
+                              "full participation (1.0)")
+        try:
+            fixed = parse_groups(cfg.algo("groups"))
+        except ValueError:
+            raise ConfigError(f"run config '{cls.config_prefix}.groups' = {cfg.algo('groups')!r}: "
+                              "expected partition ids like '0,1;2'") from None
+        ids = [i for g in fixed for i in g]
+        if len(ids) != len(set(ids)) or any(not 0 <= i < cfg.num_clients for i in ids):
+            raise ConfigError(f"run config '{cls.config_prefix}.groups' = {cfg.algo('groups')!r}: each "
+                              f"partition id in 0..{cfg.num_clients - 1} at most once")
+
+    # ---- what is shared -----------------------------------------------------------------
+    def shared_state_keys(self) -> list[str]:
+        """State dict keys averaged within a group (HCCT-P keeps the head out)."""
+        return list(self.global_state)
+
+    def flat_update(self, pid: int) -> np.ndarray:
+        return torch.cat([self.updates[pid][k].reshape(-1) for k in self.similarity_keys]).double().numpy()
+
+    # ---- grouping -----------------------------------------------------------------------
+    def partition(self, server_round: int, pool: list[int]) -> list[Group]:
+        """This round's groups; clients without an update yet (round 1, newcomers) stay alone."""
+        fixed = parse_groups(self.cfg.algo("groups"))
+        if fixed:
+            placed = {i for g in fixed for i in g}
+            return [g for g in ([tuple(i for i in g if i in pool) for g in fixed]
+                                + [(i,) for i in pool if i not in placed]) if g]
+        known = [pid for pid in pool if pid in self.updates]
+        groups = hierarchical_partition({pid: self.flat_update(pid) for pid in known},
+                                        {pid: self.clients[pid].num_train for pid in known},
+                                        self.cfg.algo("alpha")) if known else []
+        return sorted(groups + [(pid,) for pid in pool if pid not in self.updates], key=lambda g: g[0])
+
+    def group_start(self, group: Group) -> Tensors:
+        """w_G = sum_j D_j w_j / D_G over the members' current models (newcomers: the initial model)."""
+        states = [self.models.get(pid, self.init_state) for pid in group]
+        return weighted_mean(states, [self.clients[pid].num_train for pid in group])
+
+    def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]:
+        self.groups = self.partition(server_round, self.train_pool())
+        self.starts = {g: self.group_start(g) for g in self.groups}
+        log(INFO, "round %d groups: %s", server_round, [list(g) for g in self.groups])
+        self.group_log.append({"round": server_round, "groups": [list(g) for g in self.groups]})
+        row: dict[str, Any] = super().fit_round(server_round, grid)
+        row["groups"] = [list(g) for g in self.groups]
+        row["num-groups"] = len(self.groups)
+        return row
+
+    def group_of(self, pid: int) -> Group:
+        return next(g for g in self.groups if pid in g)
+
+    # ---- hooks --------------------------------------------------------------------------
+    def train_payload(self, pid: int, server_round: int):
+        return {"arrays": self.starts[self.group_of(pid)]}  # one object per group: serialised once
+
+    def reply_spec(self, pid: int, server_round: int):
+        return spec_of({"arrays": self.init_state})
+
+    def aggregate(self, server_round: int, replies: list[Reply]) -> None:
+        by_pid = {r.pid: r for r in replies}
+        for group in self.groups:
+            got = [by_pid[pid] for pid in group if pid in by_pid]
+            if not got:
+                continue
+            start = self.starts[group]
+            for r in got:
+                self.updates[r.pid] = {k: r.payload["arrays"][k] - start[k] for k in self.similarity_keys}
+            model = weighted_mean([r.payload["arrays"] for r in got], [r.num_examples for r in got])
+            for pid in group:
+                self.models[pid] = model
+        self.after_first_updates(server_round)
+
+    def after_first_updates(self, server_round: int) -> None:
+        """Called after every aggregation (HCCT-E picks its similarity layer here)."""
+
+    def eval_payload(self, pid: int, server_round: int):
+        return {"arrays": self.models.get(pid, self.init_state)}
+
+    def central_state(self) -> Tensors | None:
+        """The single model when all clients form one group and the whole model is shared."""
+        if len(self.groups) != 1 or self.shared_keys != list(self.global_state):
+            return None
+        return self.models[self.groups[0][0]]
+
+    def extra_results(self) -> dict[str, Any]:
+        return {"hcct-groups": self.group_log}
+
+
+class HCCTE(HCCT):
+    """HCCT-E: the cosine similarities use only the layer whose client updates have the largest
+    variance-to-mean ratio, sum_j Var_i(g_ij) / sum_j (mean_i g_ij)^2 over the layer's entries j
+    (scale-free, so layers of different sizes compare), chosen once after the first round."""
+
+    def after_first_updates(self, server_round: int) -> None:
+        if server_round != 1 or len(self.updates) < 2:
+            return
+        ratios = {}
+        for layer in layer_groups(self.model):
+            keys = [k for k in layer if k in self.similarity_keys]
+            if not keys:
+                continue
+            g = torch.stack([torch.cat([u[k].reshape(-1) for k in keys]).double() for u in self.updates.values()])
+            ratios[tuple(keys)] = float(g.var(0, unbiased=False).sum() / g.mean(0).square().sum().clamp_min(1e-30))
+        best = max(ratios, key=ratios.get)
+        log(INFO, "HCCT-E similarity layer %s (variance-to-mean ratios %s)", best,
+            {k[0]: round(v, 3) for k, v in ratios.items()})
+        self.similarity_keys = list(best)
+
+    def extra_results(self) -> dict[str, Any]:
+        return {**super().extra_results(), "hcct-similarity-keys": self.similarity_keys}
+
+
+class HCCTP(HCCT):
+    """HCCT-P: the last layer (classifier) stays on each client; groups share and average the rest."""
+
+    def shared_state_keys(self) -> list[str]:
+        return body_head_keys(self.model)[0]
+
+
+ALGORITHMS = {"hcct": (HCCT, HCCTClient), "hcct-e": (HCCTE, HCCTClient), "hcct-p": (HCCTP, HCCTPClient)}
