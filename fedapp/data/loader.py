@@ -15,7 +15,9 @@ import torch.nn.functional as F
 PAD = 4  # random-crop padding of the standard CIFAR recipe
 
 
-def prepare(x: torch.Tensor, mean: Sequence[float] | torch.Tensor = (), std: Sequence[float] | torch.Tensor = ()) -> torch.Tensor:
+def prepare(
+    x: torch.Tensor, mean: Sequence[float] | torch.Tensor = (), std: Sequence[float] | torch.Tensor = ()
+) -> torch.Tensor:
     """uint8 images -> float in [0, 1], normalised per channel when ``mean`` is given; float
     features pass through. No augmentation, so this is also the evaluation transform."""
     out = x.float()
@@ -28,7 +30,9 @@ def prepare(x: torch.Tensor, mean: Sequence[float] | torch.Tensor = (), std: Seq
     return out
 
 
-def crop_flip(x: torch.Tensor, oy: torch.Tensor, ox: torch.Tensor, flip: torch.Tensor, pad: int = PAD) -> torch.Tensor:
+def crop_flip(
+    x: torch.Tensor, oy: torch.Tensor, ox: torch.Tensor, flip: torch.Tensor, pad: int = PAD
+) -> torch.Tensor:
     """Crop each image of the zero-padded batch at its own offset (oy, ox) in [0, 2*pad] and
     mirror it where ``flip``: one advanced-indexing gather with per-sample row/column grids;
     the flip is just a reversed column grid, so no per-sample loop is needed."""
@@ -93,7 +97,9 @@ class BatchLoader:
         batch = next(self._stream, None)
         if batch is None:
             if len(self) == 0:
-                raise ValueError(f"no batch of {self.batch_size} from {len(self.y)} examples (drop_last={self.drop_last})")
+                raise ValueError(
+                    f"no batch of {self.batch_size} from {len(self.y)} examples (drop_last={self.drop_last})"
+                )
             self._stream = iter(self)
             batch = next(self._stream)
         return batch

@@ -109,7 +109,8 @@ def _iid(labels, n, seed, **_):
 
 
 def _dirichlet(labels, n, seed, alpha, **_):
-    return DirichletPartitioner(n, "label", alpha, min_partition_size=2, self_balancing=False, seed=seed), None
+    part = DirichletPartitioner(n, "label", alpha, min_partition_size=2, self_balancing=False, seed=seed)
+    return part, None
 
 
 def _dirichlet_hsu(labels, n, seed, alpha, **_):

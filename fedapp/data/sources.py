@@ -125,7 +125,9 @@ def load_dataset(
 # --------------------------------------------------------------------------- synthetic
 
 
-def make_synthetic(num_clients: int, seed: int, alpha: float, beta: float, dim: int = 60, classes: int = 10) -> Dataset:
+def make_synthetic(
+    num_clients: int, seed: int, alpha: float, beta: float, dim: int = 60, classes: int = 10
+) -> Dataset:
     """LEAF/FedProx Synthetic(alpha, beta): alpha shifts each client's model, beta its inputs.
 
     Client k: u_k ~ N(0, alpha), W_k, b_k ~ N(u_k, 1); B_k ~ N(0, beta), v_k ~ N(B_k, 1);
@@ -137,7 +139,7 @@ def make_synthetic(num_clients: int, seed: int, alpha: float, beta: float, dim: 
     u = rng.normal(0, alpha, num_clients)
     big_b = rng.normal(0, beta, num_clients)
     sd = np.arange(1, dim + 1) ** -0.6  # square root of Sigma_jj = j^-1.2
-    parts: dict[str, list] = {k: [] for k in ("train_x", "train_y", "test_x", "test_y", "train_client", "test_client")}
+    parts: dict[str, list] = {f"{s}_{k}": [] for s in SPLITS for k in ("x", "y", "client")}
     for k, n in enumerate(sizes):
         w = rng.normal(u[k], 1, (classes, dim))
         b = rng.normal(u[k], 1, classes)
@@ -230,8 +232,6 @@ def _pil_array(img: Image.Image) -> np.ndarray:
 
 def _stack(images: list[np.ndarray], where: str) -> torch.Tensor:
     """(N, C, H, W) uint8; grey images are widened to RGB when a set mixes both."""
-    if not images:
-        return torch.zeros((0, 0, 0, 0), dtype=torch.uint8)
     c = max(a.shape[2] for a in images)
     images = [np.repeat(a, c, axis=2) if a.shape[2] != c else a for a in images]
     if len({a.shape for a in images}) > 1:
@@ -249,7 +249,7 @@ def _iter_tree(path: Path):
         with tarfile.open(path, "r:*") as tar:
             for member in tar:
                 parts = PurePosixPath(member.name).parts
-                if member.isfile() and len(parts) >= 3 and parts[-3] in SPLITS and not parts[-1].startswith("."):
+                if member.isfile() and len(parts) >= 3 and parts[-3] in SPLITS and parts[-1][0] != ".":
                     yield parts[-3], parts[-2], parts[-1], tar.extractfile(member).read()
         return
     for split in SPLITS:
@@ -270,10 +270,12 @@ def _read_image_tree(path: Path) -> dict:
     arrays: dict = {"num_classes": len(names), "train_client": None, "test_client": None}
     for split in SPLITS:
         rows = sorted(items[split], key=lambda r: (r[0], r[1]))
-        arrays[f"{split}_x"] = _stack([r[2] for r in rows], str(path))
         arrays[f"{split}_y"] = torch.tensor([names.index(r[0]) for r in rows], dtype=torch.int64)
-    if len(arrays["test_x"]) == 0:
-        arrays["test_x"] = arrays["train_x"][:0]
+        arrays[f"{split}_x"] = (
+            _stack([r[2] for r in rows], str(path))
+            if rows
+            else torch.zeros((0, *arrays["train_x"].shape[1:]), dtype=torch.uint8)
+        )
     arrays["mean"], arrays["std"] = channel_stats(arrays["train_x"])
     return arrays
 
@@ -317,7 +319,7 @@ def _read_hub(name: str, src: Source, dirs: list[Path]) -> dict:
         tr, te = zip(*(local_test_split(g, 0.1, seed=k) for k, g in enumerate(groups)))
         tr, te = np.sort(np.concatenate(tr)), np.sort(np.concatenate(te))
         arrays.update(train_x=x[tr], train_y=y[tr], test_x=x[te], test_y=y[te])
-        arrays["train_client"], arrays["test_client"] = torch.from_numpy(client[tr]), torch.from_numpy(client[te])
+        arrays.update(train_client=torch.from_numpy(client[tr]), test_client=torch.from_numpy(client[te]))
     arrays["num_classes"] = (
         label_feature.num_classes if isinstance(label_feature, datasets.ClassLabel) else int(y.max()) + 1
     )
