@@ -1,0 +1,38 @@
+"""IFCA / FLSC client: picks the cluster models with the lowest loss on its training data."""
+
+from __future__ import annotations
+
+from clients.base import FedClient
+from fedapp.records import Payload
+from fedapp.training import evaluate
+from strategies.base import weighted_mean
+
+#: examples used to score the k models; a fixed slice keeps the choice cheap and deterministic
+SCORE_EXAMPLES = 1024
+
+
+class IFCAClient(FedClient):
+    """Scores every received ``model-j`` on local training data, trains the average of the best
+    ``chosen`` ones and reports them as the bit mask ``cluster-mask``."""
+
+    def train_loss(self) -> float:
+        d = self.data
+        return evaluate(self.model, d.train_x[:SCORE_EXAMPLES], d.train_y[:SCORE_EXAMPLES], mean=d.mean,
+                        std=d.std, device=self.device)["loss"]
+
+    def receive(self, payload: Payload, config: dict) -> None:
+        if "arrays" in payload:  # evaluation of the models chosen in training
+            self.load_tensors(payload["arrays"])
+            return
+        models = [payload[f"model-{j}"] for j in range(len(payload))]
+        losses = []
+        for m in models:
+            self.load_tensors(m)
+            losses.append(self.train_loss())
+        self.chosen = sorted(range(len(models)), key=losses.__getitem__)[: int(config.get("chosen", 1))]
+        self.load_tensors(weighted_mean([models[j] for j in self.chosen], [1.0] * len(self.chosen)))
+
+    def fit(self, payload: Payload, config: dict):
+        reply, metrics = super().fit(payload, config)
+        metrics["cluster-mask"] = sum(1 << j for j in self.chosen)
+        return reply, metrics

@@ -1,0 +1,35 @@
+"""MaxFL client: trains the global model when it beats its own model by its threshold."""
+
+from clients.base import FedClient
+from fedapp.records import Payload
+from fedapp.training import evaluate
+
+SCORE_EXAMPLES = 1024  # a fixed slice of training data scores both models
+
+
+class MaxFLClient(FedClient):
+    """Keeps its own model in ``self.state["local"]``; ``joined`` says which one it trains."""
+
+    def train_loss(self) -> float:
+        d = self.data
+        return evaluate(self.model, d.train_x[:SCORE_EXAMPLES], d.train_y[:SCORE_EXAMPLES], mean=d.mean,
+                        std=d.std, device=self.device)["loss"]
+
+    def receive(self, payload: Payload, config: dict) -> None:
+        self.load_tensors(payload["arrays"])
+        self.joined = True
+        if "local" in self.state:
+            global_loss = self.train_loss()
+            self.load_tensors(self.state["local"])
+            if global_loss <= self.train_loss() + self.cfg.algo("margin"):
+                self.load_tensors(payload["arrays"])
+            else:
+                self.joined = False
+
+    def end_fit(self, payload: Payload, config: dict) -> None:
+        self.state["local"] = self.model_tensors()
+
+    def fit(self, payload: Payload, config: dict):
+        reply, metrics = super().fit(payload, config)
+        metrics["joined"] = int(self.joined)
+        return reply, metrics

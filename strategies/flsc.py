@@ -1,0 +1,29 @@
+"""FLSC: soft clustering, each client averages its N_g best of k models."""
+
+from clients.ifca import IFCAClient
+from fedapp.config import ConfigError, Key, RunConfig
+from strategies.ifca import IFCA
+
+
+class FLSC(IFCA):
+    """Federated Learning with Soft Clustering (Li et al., IEEE IoT-J 2022).
+
+    As IFCA, but client i takes the N_g models with the lowest loss on its data, S_i, trains
+    their average sum_{j in S_i} w_j / N_g, and its model joins the average of every w_j, j in S_i.
+    """
+
+    config_prefix = "flsc"
+    config_keys = (Key("clusters", int, 3, "Number k of cluster models.", low=1),
+                   Key("n-g", int, 2, "Models N_g each client averages and contributes to.", low=1))
+
+    @classmethod
+    def check_config(cls, cfg: RunConfig) -> None:
+        if cfg.algo("n-g") > cfg.algo("clusters"):
+            raise ConfigError(f"run config 'flsc.n-g' = {cfg.algo('n-g')} exceeds 'flsc.clusters' = "
+                              f"{cfg.algo('clusters')}")
+
+    def chosen(self) -> int:
+        return self.cfg.algo("n-g")
+
+
+ALGORITHMS = {"flsc": (FLSC, IFCAClient)}

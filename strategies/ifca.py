@@ -1,0 +1,68 @@
+"""IFCA: k cluster models, each client trains the one with its lowest local loss."""
+
+from __future__ import annotations
+
+import torch
+
+from clients.ifca import IFCAClient
+from fedapp.config import Key, RunConfig
+from fedapp.models import build_model
+from fedapp.records import Tensors
+from strategies.base import FedStrategy, Reply, weighted_mean
+
+
+class IFCA(FedStrategy):
+    """Iterative Federated Clustering Algorithm (Ghosh et al., NeurIPS 2020), model averaging.
+
+    The server keeps k models w_1..w_k (distinct seeded initialisations) and sends all of them;
+    client i picks the set S_i of the ``chosen`` models with the lowest loss on its training data
+    (IFCA: one, j_i = argmin_j F_i(w_j)), trains their average and replies; then
+    w_j = sum_{i: j in S_i} n_i w_i / sum_{i: j in S_i} n_i (unchanged when nobody chose j).
+    """
+
+    config_prefix = "ifca"
+    config_keys = (Key("clusters", int, 3, "Number k of cluster models.", low=1),)
+    checkpoint_attrs = ("cluster_models", "choices")
+
+    def __init__(self, cfg: RunConfig, model: torch.nn.Module, dataset=None):
+        super().__init__(cfg, model, dataset)
+        self.cluster_models = [self.global_state] + [self.seeded_state(j) for j in range(1, cfg.algo("clusters"))]
+        self.choices: dict[int, list[int]] = {}
+
+    def seeded_state(self, j: int) -> Tensors:
+        ds = self.dataset
+        torch.manual_seed(self.cfg.seed * 1009 + j)
+        model = build_model(self.cfg.model, ds.input_shape, ds.num_classes)
+        return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    def chosen(self) -> int:
+        """How many of the k models each client averages (FLSC: N_g)."""
+        return 1
+
+    def train_payload(self, pid: int, server_round: int):
+        return {f"model-{j}": m for j, m in enumerate(self.cluster_models)}
+
+    def train_config(self, pid: int, server_round: int):
+        return {**super().train_config(pid, server_round), "chosen": self.chosen()}
+
+    def aggregate(self, server_round: int, replies: list[Reply]) -> None:
+        for r in replies:
+            mask = int(r.metrics["cluster-mask"])
+            self.choices[r.pid] = [j for j in range(len(self.cluster_models)) if mask >> j & 1]
+        for j in range(len(self.cluster_models)):
+            members = [r for r in replies if j in self.choices[r.pid]]
+            if members:
+                self.cluster_models[j] = weighted_mean([r.payload["arrays"] for r in members],
+                                                       [r.num_examples for r in members])
+
+    def eval_payload(self, pid: int, server_round: int):
+        chosen = self.choices.get(pid)
+        if chosen is None:  # never trained: let the client pick as in training
+            return self.train_payload(pid, server_round)
+        return {"arrays": weighted_mean([self.cluster_models[j] for j in chosen], [1.0] * len(chosen))}
+
+    def central_state(self) -> Tensors | None:
+        return None
+
+
+ALGORITHMS = {"ifca": (IFCA, IFCAClient)}

@@ -1,0 +1,23 @@
+"""Independent training: every client trains alone (HCCT's Table IV baseline)."""
+
+from clients.hcct import HCCTClient
+from fedapp.config import RunConfig
+from strategies.hcct import HCCT, Group
+
+
+class Independent(HCCT):
+    """Independent local training: w_i^{t+1} = w_i^{t,K}, no model ever leaves its client's group
+    of one (HCCT with the partition fixed to singletons)."""
+
+    config_prefix = "independent"
+    config_keys = ()
+
+    @classmethod
+    def check_config(cls, cfg: RunConfig) -> None:
+        """Any participation works: a client not sampled keeps its model."""
+
+    def partition(self, server_round: int, pool: list[int]) -> list[Group]:
+        return [(pid,) for pid in pool]
+
+
+ALGORITHMS = {"independent": (Independent, HCCTClient)}

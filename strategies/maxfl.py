@@ -1,0 +1,27 @@
+"""MAXFL-style participation: a client joins the global model only while it serves it well."""
+
+from clients.maxfl import MaxFLClient
+from fedapp.config import Key
+from strategies.base import FedStrategy, Reply, weighted_mean
+
+
+class MaxFL(FedStrategy):
+    """MaxFL as HCCT's baseline (Zhang et al., "MaxFL: Maximizing the Number of Participating
+    Clients in Federated Learning"), simplified to its participation rule.
+
+    Client i keeps a local model v_i; it joins round t only when the global model's loss on its
+    training data is below its threshold, F_i(w_t) <= F_i(v_i) + margin. Joined clients train w_t
+    and w_{t+1} = sum_{i joined} n_i w_i^{t,K} / sum_{i joined} n_i; the others train v_i alone.
+    Each client keeps (and is evaluated with) the model it trained last.
+    """
+
+    config_prefix = "maxfl"
+    config_keys = (Key("margin", float, 0.0, "Loss margin added to the client's own-model loss threshold."),)
+
+    def aggregate(self, server_round: int, replies: list[Reply]) -> None:
+        joined = [r for r in replies if r.metrics["joined"]]
+        if joined:
+            self.global_state = weighted_mean([r.payload["arrays"] for r in joined], [r.num_examples for r in joined])
+
+
+ALGORITHMS = {"maxfl": (MaxFL, MaxFLClient)}
