@@ -86,6 +86,30 @@ class ShardsHalfNormalPartitioner(PrecomputedPartitioner):
         return [np.concatenate([shards[s] for s in order[a:b]]) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
+class HalfClassesSkewPartitioner(PrecomputedPartitioner):
+    """HCCT Table II: clients 0 and 1 split every class of the first half of the classes 20% / 80%,
+    client 2 holds the other half; collaboration helps only within {0, 1}."""
+
+    def __init__(self, num_partitions: int, seed: int) -> None:
+        if num_partitions != 3:
+            raise ValueError(f"partitioner 'hcct-table2' needs num_partitions=3, got {num_partitions}")
+        super().__init__(num_partitions, seed)
+
+    def _split(self, labels, rng):
+        classes = np.unique(labels)
+        first = classes[: len(classes) // 2]
+        parts: list[list[np.ndarray]] = [[], [], []]
+        for c in classes:
+            idx = rng.permutation(np.flatnonzero(labels == c))
+            if c in first:
+                cut = round(0.2 * len(idx))
+                parts[0].append(idx[:cut])
+                parts[1].append(idx[cut:])
+            else:
+                parts[2].append(idx)
+        return [np.sort(np.concatenate(p)) for p in parts]
+
+
 def allocate(weights: np.ndarray, total: int, minimum: int) -> np.ndarray:
     """Integer sizes summing to ``total``, each >= ``minimum``, the rest proportional to weights
     (largest-remainder rounding, so nothing is lost to truncation)."""
@@ -139,6 +163,10 @@ def _quantity_halfnormal(labels, n, seed, sigma, **_):
     return SizePartitioner([int(s) for s in sizes]), rng.permutation(len(labels))
 
 
+def _hcct_table2(labels, n, seed, **_):
+    return HalfClassesSkewPartitioner(n, seed), None
+
+
 def _natural(labels, n, seed, natural_ids, **_):
     if natural_ids is None:
         raise ValueError("partitioner 'natural' needs natural_ids (e.g. Dataset.train_client)")
@@ -156,6 +184,7 @@ PARTITIONERS: dict[str, _Factory] = {
     "label-sorted": _label_sorted,
     "shards-halfnormal": _shards_halfnormal,
     "quantity-halfnormal": _quantity_halfnormal,
+    "hcct-table2": _hcct_table2,
     "natural": _natural,
 }
 
