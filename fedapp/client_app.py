@@ -63,7 +63,10 @@ def query(msg: Message, context: Context) -> Message:
     cfg = parse_run_config(context.run_config)
     pid = partition_id(context)
     data = client_data(cfg, pid, data_dir=context.node_config.get("data-dir") or None)
-    return _reply(msg, {}, {"num-train": len(data.train_y), "num-test": len(data.test_y)}, pid)
+    sizes = {"num-train": len(data.train_y), "num-test": len(data.test_y)}
+    if "num-partitions" in context.node_config:  # simulated partitions: the server checks num-clients
+        sizes["num-partitions"] = int(context.node_config["num-partitions"])
+    return _reply(msg, {}, sizes, pid)
 
 
 @app.train()
@@ -79,5 +82,7 @@ def train(msg: Message, context: Context) -> Message:
 def evaluate(msg: Message, context: Context) -> Message:
     cfg = parse_run_config(context.run_config)
     client = make_client(cfg, context)
-    metrics = client.evaluate(payload_of(msg.content), dict(msg.content["config"]))
-    return _reply(msg, {}, metrics, client.data.pid)
+    result = client.evaluate(payload_of(msg.content), dict(msg.content["config"]))
+    # a client may send arrays back from evaluation too (PeFLL's descriptor of a new client)
+    payload, metrics = result if isinstance(result, tuple) else ({}, result)
+    return _reply(msg, payload, metrics, client.data.pid)

@@ -26,7 +26,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from fedapp.config import Key, RunConfig
+from fedapp.config import ConfigError, Key, RunConfig
 from fedapp.data import Dataset
 from fedapp.experiment import round_lr, unseen_clients
 from fedapp.records import Payload, Tensors, content_bytes, make_content, payload_of
@@ -133,6 +133,11 @@ class FedStrategy(Strategy):
                             msg.error.reason)
                         continue
                     m = msg.content["metrics"]
+                    if "num-partitions" in m and int(m["num-partitions"]) != self.cfg.num_clients:
+                        raise ConfigError(
+                            f"the federation has {int(m['num-partitions'])} simulated SuperNodes but run config "
+                            f"'num-clients' = {self.cfg.num_clients}: make them equal (options.num-supernodes "
+                            "in $FLWR_HOME/config.toml, or python -m fedapp.launch, which sets it)")
                     pid = int(m["partition-id"])
                     self.clients[pid] = ClientInfo(msg.metadata.src_node_id, int(m["num-train"]),
                                                    int(m["num-test"]), pid in self.unseen)

@@ -89,3 +89,15 @@ def test_a_failing_client_is_skipped(small_config, monkeypatch):
     assert any("disk on fire" in reason for reason in row["dropped-reasons"])
     assert all(torch.isfinite(v.float()).all() for v in strategy.global_state.values())
 
+
+
+def test_federation_size_must_match_num_clients(small_config):
+    import pytest
+
+    from fedapp.client_app import app
+    from fedapp.config import ConfigError
+    from fedapp.local import InProcessGrid
+
+    grid = InProcessGrid(app, 3, small_config, [{"partition-id": i, "num-partitions": 3} for i in range(3)])
+    with pytest.raises(ConfigError, match="3 simulated SuperNodes but run config 'num-clients' = 4"):
+        run_local(small_config, grid=grid)
