@@ -1,0 +1,161 @@
+"""PeFLL client and the networks that client and server share.
+
+One training step of PeFLL is three round trips; the ClientApp has a single train
+handler, so the client dispatches on ``config["phase"]``:
+
+* ``descriptor``: receive eta_v, draw a batch B, reply v = mean_{(x, y) in B} phi(x, y);
+* ``train``: receive theta = h(v), run k SGD steps, reply delta_theta = theta_k - theta;
+* ``backprop``: receive delta_v, reply delta_eta_v = (d v / d eta_v)^T delta_v on the same B.
+
+eta_v and B live in ``self.state`` between the phases of one step (committed by the
+ClientApp after each message), never in globals. Evaluation has two phases as well:
+``descriptor`` (over the whole training split) and ``evaluate`` (the received theta on
+the local test split), so a new client never needs a training message.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from clients.base import FedClient
+from fedapp.data import prepare
+from fedapp.models import LeNet
+from fedapp.records import Payload, Tensors
+from fedapp.training import evaluate
+
+EMBEDDINGS = ("cnn", "label", "unlabeled")
+
+
+class CNNEmbedding(nn.Module):
+    """phi(x, y): the client CNN on the image with one-hot(y) appended as C constant channels."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, dim: int, labels: bool = True):
+        super().__init__()
+        self.num_classes = num_classes if labels else 0
+        self.net = LeNet((input_shape[0] + self.num_classes, *input_shape[1:]), dim)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self.num_classes:
+            planes = F.one_hot(y, self.num_classes).to(x.dtype)[:, :, None, None]
+            x = torch.cat([x, planes.expand(-1, -1, *x.shape[2:])], 1)
+        return self.net(x)
+
+
+class LabelEmbedding(nn.Module):
+    """phi(x, y) = W one-hot(y) + b: the descriptor is a linear map of the label histogram."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, dim: int):
+        super().__init__()
+        self.num_classes = num_classes
+        self.fc = nn.Linear(num_classes, dim)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.fc(F.one_hot(y, self.num_classes).float())
+
+
+def embedding_network(kind: str, input_shape: tuple[int, ...], num_classes: int, dim: int) -> nn.Module:
+    if kind == "label":
+        return LabelEmbedding(input_shape, num_classes, dim)
+    return CNNEmbedding(input_shape, num_classes, dim, labels=kind == "cnn")
+
+
+class HyperNetwork(nn.Module):
+    """h(v): MLP dim -> 100 -> 100 -> 100 -> 100, one linear head per client-model tensor."""
+
+    def __init__(self, dim: int, shapes: dict[str, torch.Size], hidden: int = 100, layers: int = 4):
+        super().__init__()
+        sizes = [dim] + [hidden] * layers
+        body: list[nn.Module] = []
+        for a, b in zip(sizes[:-1], sizes[1:]):
+            body += [nn.Linear(a, b), nn.ReLU()]
+        self.body = nn.Sequential(*body)
+        self.shapes = dict(shapes)
+        self.heads = nn.ModuleList(nn.Linear(hidden, torch.Size(s).numel()) for s in self.shapes.values())
+
+    def forward(self, v: torch.Tensor) -> Tensors:
+        z = self.body(v)
+        return {k: head(z).view(s) for (k, s), head in zip(self.shapes.items(), self.heads)}
+
+
+def descriptor(phi: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
+    """v = mean over the examples of phi(x, y): invariant to their order."""
+    return torch.cat([phi(x[i:i + batch_size], y[i:i + batch_size]) for i in range(0, len(y), batch_size)]).mean(0)
+
+
+class PeFLLClient(FedClient):
+    """Client of PeFLL (and of pFedHN, which uses only the ``train`` phase)."""
+
+    def embedding(self, config: dict) -> nn.Module:
+        d = self.data
+        return embedding_network(str(config["embedding"]), tuple(d.train_x.shape[1:]), d.num_classes,
+                                 int(config["embed-dim"])).to(self.device)
+
+    def descriptor_batch(self, server_round: int, size: int) -> torch.Tensor:
+        """Indices of the step's batch B, seeded by run, step and client."""
+        self.generator.manual_seed((self.cfg.seed * 1_000_003 + server_round) * 10_007 + self.data.pid)
+        return torch.randperm(len(self.data.train_y), generator=self.generator)[:size]
+
+    def batch_tensors(self, idx: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        d = self.data
+        x, y = (d.train_x, d.train_y) if idx is None else (d.train_x[idx], d.train_y[idx])
+        return prepare(x.to(self.device), d.mean, d.std), y.to(self.device)
+
+    # ---- phases ------------------------------------------------------------------
+    def fit(self, payload: Payload, config: dict) -> tuple[Payload, dict[str, float]]:
+        phase = config.get("phase", "train")
+        out, metrics = getattr(self, f"phase_{phase}")(payload, config)
+        return out, {"num-examples": len(self.data.train_y), **metrics}
+
+    def phase_descriptor(self, payload: Payload, config: dict) -> tuple[Payload, dict]:
+        rnd = int(config["server-round"])
+        idx = self.descriptor_batch(rnd, int(config["descriptor-batch"]))
+        phi = self.embedding(config)
+        phi.load_state_dict(payload["eta_v"])
+        with torch.no_grad():
+            v = descriptor(phi, *self.batch_tensors(idx))
+        # phase 3 differentiates phi at this eta_v on this B: keep both until then
+        self.state["pefll-eta-v"] = {k: t.clone() for k, t in payload["eta_v"].items()}
+        self.state["pefll-step"] = {"batch": idx, "round": torch.tensor([rnd])}
+        return {"v": {"v": v.cpu()}}, {}
+
+    def phase_train(self, payload: Payload, config: dict) -> tuple[Payload, dict]:
+        theta = payload["theta"]
+        self.load_tensors(theta)
+        self.lambda_theta = float(config.get("lambda-theta", 0.0))
+        steps = int(config["local-steps"])
+        seed = (self.cfg.seed * 1_000_003 + int(config["server-round"])) * 10_007 + self.data.pid
+        metrics = self.train(steps, float(config["lr"]), seed)
+        new = self.model_tensors()
+        return {"delta": {k: new[k] - theta[k] for k in theta}}, {**metrics, "local-steps": steps}
+
+    def correct_gradient(self) -> None:
+        # d/dtheta of lambda_theta * ||theta||^2
+        if getattr(self, "lambda_theta", 0.0):
+            for p in self.model.parameters():
+                p.grad.add_(p.detach(), alpha=2 * self.lambda_theta)
+
+    def phase_backprop(self, payload: Payload, config: dict) -> tuple[Payload, dict]:
+        step = self.state.pop("pefll-step", None)
+        eta_v = self.state.pop("pefll-eta-v", None)
+        if step is None or int(step["round"][0]) != int(config["server-round"]):
+            raise RuntimeError("backprop phase without this step's descriptor phase")
+        phi = self.embedding(config)
+        phi.load_state_dict(eta_v)
+        v = descriptor(phi, *self.batch_tensors(step["batch"]))
+        names, params = zip(*phi.named_parameters())
+        grads = torch.autograd.grad(v, params, grad_outputs=payload["delta_v"]["v"].to(self.device))
+        return {"delta": {k: g.detach().cpu() for k, g in zip(names, grads)}}, {}
+
+    # ---- evaluation (Algorithm 1) ------------------------------------------------
+    def evaluate(self, payload: Payload, config: dict):
+        if config.get("phase") == "descriptor":
+            phi = self.embedding(config)
+            phi.load_state_dict(payload["eta_v"])
+            with torch.no_grad():
+                v = descriptor(phi, *self.batch_tensors())
+            return {"v": {"v": v.cpu()}}, {"num-examples": len(self.data.train_y)}
+        self.load_tensors(payload["theta"])
+        d = self.data
+        return evaluate(self.model, d.test_x, d.test_y, mean=d.mean, std=d.std, device=self.device)

@@ -1,0 +1,146 @@
+"""PeFLL's three-phase protocol checked against one-process autograd, and its messages."""
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from clients.pefll import PeFLLClient, descriptor
+from fedapp.client_app import app as client_app
+from fedapp.config import parse_run_config
+from fedapp.experiment import client_data, dataset, model_for
+from fedapp.local import InProcessGrid, run_local
+from strategies.pefll import PeFLL, embed_dim
+
+
+@pytest.fixture
+def image_config(tmp_path, monkeypatch):
+    """A 4-class 28x28 grey ImageFolder tree (class = bright quadrant), 6 clients, 2 of them new."""
+    monkeypatch.setenv("FEDAPP_CACHE", str(tmp_path / "cache"))
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 30), ("test", 5)):
+        for c in range(4):
+            (tmp_path / "tree" / split / str(c)).mkdir(parents=True)
+            for i in range(n):
+                img = rng.integers(0, 80, (28, 28), dtype=np.uint8)
+                img[14 * (c // 2):14 * (c // 2) + 14, 14 * (c % 2):14 * (c % 2) + 14] += 150
+                Image.fromarray(img).save(tmp_path / "tree" / split / str(c) / f"{i}.png")
+    return {
+        "strategy": "pefll", "dataset": "imagefolder", "data-dir": str(tmp_path / "tree"), "model": "lenet",
+        "partition": "pathological", "partition-classes": 2, "num-clients": 6, "unseen-fraction": 0.34,
+        "num-server-rounds": 1, "fraction-train": 0.75, "batch-size": 8, "pefll.k": 3, "pefll.beta": 0.05,
+        "pefll.descriptor-batch": 8, "fraction-evaluate": 0.0, "seed": 1,
+        "results-dir": str(tmp_path / "results"), "run-name": "t",
+    }
+
+
+class RecordingGrid(InProcessGrid):
+    """Keeps (node, message type, phase, arrays) of every message pushed."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sent = []
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        for m in messages:
+            c = m.content
+            phase = c["config"].get("phase") if "config" in c.config_records else None
+            arrays = {n: {k: torch.from_numpy(a.numpy().copy()) for k, a in r.items()}
+                      for n, r in c.array_records.items()}
+            self.sent.append((m.metadata.dst_node_id, m.metadata.message_type, phase, arrays))
+        return super().push_messages(messages)
+
+
+def run_recorded(run_config, offline=()):
+    grid = RecordingGrid(client_app, run_config["num-clients"], run_config)
+    grid.offline = set(offline)
+    return run_local(run_config, grid=grid), grid
+
+
+def test_three_phases_equal_end_to_end_autograd(image_config):
+    """One step over messages == the same step differentiated end to end in one process:
+    delta_eta = grad of sum_i <h(phi(B_i)), delta_theta_i> / c with delta_theta_i held fixed."""
+    strategy, grid = run_recorded(image_config)
+    cfg = parse_run_config(image_config)
+    ref = PeFLL(cfg, model_for(cfg), strategy.dataset)  # the same seeded initial eta_h, eta_v
+    pids = sorted(r for r in strategy.clients if r not in strategy.unseen)
+    sampled = sorted({node - 101 for node, _, phase, _ in grid.sent if phase == "backprop"})
+    assert len(sampled) == 3 and set(sampled) <= set(pids)
+
+    surrogate = 0.0
+    for pid in sampled:
+        client = PeFLLClient(cfg, model_for(cfg), client_data(cfg, pid))
+        x, y = client.batch_tensors(client.descriptor_batch(1, 8))
+        theta = ref.hnet(descriptor(ref.embed, x, y))  # one graph: eta_v -> v -> theta
+        config = {"server-round": 1, "local-steps": 3, "lr": 0.05}
+        delta, _ = client.phase_train({"theta": {k: t.detach() for k, t in theta.items()}}, config)
+        surrogate = surrogate + sum((theta[k] * delta["delta"][k]).sum() for k in theta) / len(sampled)
+    grads = torch.autograd.grad(surrogate, [*ref.hnet.parameters(), *ref.embed.parameters()])
+    decay = 1 - 2 * 0.05 * 1e-3
+    pairs = [(n, p, new) for a, b in ((ref.hnet, strategy.hnet), (ref.embed, strategy.embed))
+             for (n, p), new in zip(a.named_parameters(), b.parameters())]
+    assert len(pairs) == len(grads)
+    for (name, p, new), g in zip(pairs, grads):
+        assert g.abs().max() > 0, name
+        torch.testing.assert_close(new.detach(), decay * p.detach() + g, rtol=1e-4, atol=1e-6)
+
+
+def test_descriptor_is_permutation_invariant(image_config):
+    cfg = parse_run_config(image_config)
+    strategy = PeFLL(cfg, model_for(cfg), dataset(cfg))
+    client = PeFLLClient(cfg, model_for(cfg), client_data(cfg, 0))
+    x, y = client.batch_tensors()
+    with torch.no_grad():
+        v = descriptor(strategy.embed, x, y)
+        perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
+        v_perm = descriptor(strategy.embed, x[perm], y[perm], batch_size=7)
+        v_other = descriptor(strategy.embed, x, y.roll(1))
+    assert v.shape == (embed_dim(cfg),) == (2,)
+    torch.testing.assert_close(v_perm, v, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(v_other, v)  # the labels enter the descriptor
+
+
+def test_messages_unseen_clients_and_bytes(image_config):
+    run_config = {**image_config, "num-server-rounds": 2, "fraction-evaluate": 1.0}
+    strategy, grid = run_recorded(run_config)
+    unseen_nodes = {101 + p for p in strategy.unseen}
+    assert len(unseen_nodes) == 2
+    # unseen clients get only evaluation messages: a descriptor request and their h(v)
+    for node, mtype, phase, _ in grid.sent:
+        if node in unseen_nodes:
+            assert mtype in ("query", "evaluate"), (node, mtype, phase)
+    assert {(m, p) for n, m, p, _ in grid.sent if n in unseen_nodes} == {
+        ("query", None), ("evaluate", "descriptor"), ("evaluate", "evaluate")}
+    # phase 2 messages are per client: different theta for each
+    thetas = [a["theta"]["fc.weight"] for _, m, p, a in grid.sent if p == "train"]
+    assert len(thetas) == 6
+    assert all(not torch.allclose(a, b) for i, a in enumerate(thetas[:3]) for b in thetas[i + 1:3])
+    # bytes per step: 2c (|theta| + |eta_v| + |v|) float32 values
+    n_theta = sum(v.numel() for v in strategy.global_state.values())
+    n_v = sum(p.numel() for p in strategy.embed.parameters())
+    row = strategy.history[1]
+    assert row["train-params-down"] == row["train-params-up"] == 3 * (n_theta + n_v + 2)
+    # bytes add only the arrays' names and headers to 4 bytes a value
+    assert 1 < row["train-bytes-down"] / (4 * row["train-params-down"]) < 1.01
+    assert row["replies"] == 3
+    assert {"fed-seen-accuracy", "fed-unseen-accuracy", "fed-unseen-acc-client-std"} <= set(strategy.history[-1])
+
+
+def test_client_missing_in_a_phase_is_dropped(image_config, monkeypatch):
+    real = PeFLLClient.phase_backprop
+
+    def backprop(self, payload, config):
+        if self.data.pid == sampled[0]:
+            raise RuntimeError("gone")
+        return real(self, payload, config)
+
+    strategy, grid = run_recorded(image_config)
+    sampled = sorted({node - 101 for node, _, phase, _ in grid.sent if phase == "backprop"})
+    monkeypatch.setattr(PeFLLClient, "phase_backprop", backprop)
+    dropped, _ = run_recorded(image_config)
+    row = dropped.history[-1]
+    assert row["replies"] == 2 and row["dropped-replies"] == 1
+    assert any("gone" in r for r in row["dropped-reasons"])
+    moved = [not torch.allclose(a, b) for a, b in zip(dropped.hnet.parameters(), strategy.hnet.parameters())]
+    assert any(moved)  # the step went on with the two others, and differs from the full step
