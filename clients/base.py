@@ -132,7 +132,8 @@ class FedClient:
         return self.reply(payload, config), metrics
 
     def evaluate(self, payload: Payload, config: dict) -> dict[str, float]:
-        """Evaluate the received model on the local test split."""
+        """Evaluate the received model on the local test split (metrics, or ``(payload, metrics)``
+        when the evaluation reply carries arrays)."""
         self.receive(payload, config)
         d = self.data
         return evaluate(self.model, d.test_x, d.test_y, mean=d.mean, std=d.std, device=self.device)
