@@ -1,0 +1,37 @@
+"""FedDyn client: proximal term 1/beta plus the client's linear dual term."""
+
+from __future__ import annotations
+
+import torch
+
+from clients.fedprox import FedProxClient
+from fedapp.records import Payload
+
+
+class FedDynClient(FedProxClient):
+    """Acar et al., "Federated Learning Based on Dynamic Regularization" (ICLR 2021).
+
+    In FedSMOO's notation (beta = 1/alpha of FedDyn): each step uses
+    g - lambda_i + (w_i - w)/beta; after K steps lambda_i <- lambda_i - (w_i - w)/beta.
+    lambda_i (zeros at first) persists in ``state["dual"]``.
+    """
+
+    def prox_coefficient(self) -> float:
+        return 1.0 / self.cfg.algo("beta")
+
+    def receive(self, payload: Payload, config: dict) -> None:
+        super().receive(payload, config)
+        saved = self.state.get("dual")
+        self.dual = ({k: v.to(self.device) for k, v in saved.items()} if saved
+                     else {k: torch.zeros_like(v) for k, v in self.anchor.items()})
+
+    def correct_gradient(self) -> None:
+        super().correct_gradient()
+        for k, p in self.params.items():
+            p.grad.sub_(self.dual[k])
+
+    def end_fit(self, payload: Payload, config: dict) -> None:
+        super().end_fit(payload, config)
+        beta = self.cfg.algo("beta")
+        w_i = self.param_tensors()
+        self.state["dual"] = {k: (self.dual[k] - (w_i[k] - self.anchor[k]) / beta).cpu() for k in w_i}

@@ -1,0 +1,27 @@
+"""FedProx client: SGD on the local loss plus a proximal term to the global model."""
+
+from __future__ import annotations
+
+from clients.base import FedClient
+from fedapp.records import Payload
+
+
+class FedProxClient(FedClient):
+    """Li et al., "Federated Optimization in Heterogeneous Networks" (MLSys 2020).
+
+    Minimises F_i(w) + (mu/2)||w - w_t||^2: each step adds mu (w - w_t) to the gradient,
+    mu = ``fedprox.proximal-mu``.
+    """
+
+    def prox_coefficient(self) -> float:
+        return self.cfg.algo("proximal-mu")
+
+    def receive(self, payload: Payload, config: dict) -> None:
+        super().receive(payload, config)
+        self.anchor = self.param_tensors()
+
+    def correct_gradient(self) -> None:
+        super().correct_gradient()
+        mu = self.prox_coefficient()
+        for k, p in self.params.items():
+            p.grad.add_(p.detach() - self.anchor[k], alpha=mu)

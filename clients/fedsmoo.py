@@ -1,0 +1,50 @@
+"""FedSpeed-style and FedSMOO clients: FedDyn's dual terms on SAM gradients."""
+
+from __future__ import annotations
+
+import torch
+
+from clients.feddyn import FedDynClient
+from clients.sam import SAMClient
+from fedapp.records import Payload, Tensors
+
+
+class FedSpeedClient(SAMClient, FedDynClient):
+    """The FedSMOO ablation "dynamic regulariser + SAM, no correction" (mu_i = s = 0):
+    w_i <- w_i - eta (g(w_i + s_hat) - lambda_i + (w_i - w)/beta), s_hat = rho g/||g||."""
+
+
+class FedSMOOClient(FedSpeedClient):
+    """Sun et al., "Dynamic Regularized Sharpness Aware Minimization in Federated Learning" (ICML 2023).
+
+    Receives w and the global perturbation s. Each step: S = g - mu_i - s,
+    s_hat = r S/||S||, mu_i <- mu_i + s_hat - s, then FedDyn's step with g(w_i + s_hat).
+    After K steps it sends w_i and s_tilde_i = mu_i - s_hat (or mu_i with
+    ``fedsmoo.simulator-perturbation``, the authors' public simulator). mu_i persists in
+    ``state["perturbation-dual"]``, lambda_i in ``state["dual"]``.
+    """
+
+    def receive(self, payload: Payload, config: dict) -> None:
+        super().receive(payload, config)
+        self.global_perturbation = {k: v.to(self.device) for k, v in payload["perturbation"].items()}
+        saved = self.state.get("perturbation-dual")
+        self.mu = ({k: v.to(self.device) for k, v in saved.items()} if saved
+                   else {k: torch.zeros_like(v) for k, v in self.global_perturbation.items()})
+
+    def sam_direction(self, grad: Tensors) -> Tensors:
+        return {k: g - self.mu[k] - self.global_perturbation[k] for k, g in grad.items()}
+
+    def perturbed(self, s_hat: Tensors) -> None:
+        for k, mu in self.mu.items():
+            mu.add_(s_hat[k] - self.global_perturbation[k])
+
+    def end_fit(self, payload: Payload, config: dict) -> None:
+        super().end_fit(payload, config)
+        self.state["perturbation-dual"] = {k: v.cpu().clone() for k, v in self.mu.items()}
+
+    def reply(self, payload: Payload, config: dict) -> Payload:
+        if self.cfg.algo("simulator-perturbation"):
+            local = self.mu
+        else:
+            local = {k: self.mu[k] - self.s_hat[k] for k in self.mu}
+        return {"arrays": self.model_tensors(), "perturbation": {k: v.cpu() for k, v in local.items()}}

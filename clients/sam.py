@@ -1,0 +1,58 @@
+"""Sharpness-aware minimisation (Foret et al., ICLR 2021) as a client gradient hook.
+
+One implementation serves FedSAM, MoFedSAM, FedSpeed and FedSMOO: they differ only in
+the direction that is normalised into the perturbation (``sam_direction``) and in what
+they do with the perturbation afterwards (``perturbed``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from clients.base import FedClient
+from fedapp.records import Tensors
+
+EPS = 1e-12
+
+
+def global_norm(tensors: Tensors) -> torch.Tensor:
+    """l2 norm over all tensors together, as if flattened into one vector."""
+    return torch.sqrt(sum((t.double() ** 2).sum() for t in tensors.values())).to(next(iter(tensors.values())).dtype)
+
+
+def perturbation(direction: Tensors, rho: float) -> Tensors:
+    """rho * d / (||d|| + eps): the step of length rho along d (zero when rho = 0)."""
+    scale = rho / (global_norm(direction) + EPS)
+    return {k: d * scale for k, d in direction.items()}
+
+
+class SAMClient(FedClient):
+    """Each minibatch: g at w, s_hat = rho * d(g)/||d(g)||, then the gradient at w + s_hat.
+
+    ``rho`` is the algorithm's ``<prefix>.rho``. The returned loss is the one at w.
+    """
+
+    def sam_direction(self, grad: Tensors) -> Tensors:
+        """What the perturbation normalises: the gradient itself for plain SAM."""
+        return grad
+
+    def perturbed(self, s_hat: Tensors) -> None:
+        """Called with each step's perturbation (FedSMOO updates its dual here)."""
+
+    def compute_gradient(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        params = self.params
+        loss = self.loss(x, y)
+        loss.backward()
+        grad = {k: p.grad.detach().clone() for k, p in params.items()}
+        self.s_hat = perturbation(self.sam_direction(grad), self.cfg.algo("rho"))
+        self.perturbed(self.s_hat)
+        saved = self.param_tensors()
+        with torch.no_grad():
+            for k, p in params.items():
+                p.add_(self.s_hat[k])
+                p.grad.zero_()
+        self.loss(x, y).backward()
+        with torch.no_grad():  # back to w exactly; the optimizer steps from there with g(w + s_hat)
+            for k, p in params.items():
+                p.copy_(saved[k])
+        return loss

@@ -1,0 +1,54 @@
+"""FedAdam through Flower's own ``flwr.serverapp.strategy.FedAdam`` update."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from flwr.app import Message, MessageType
+from flwr.serverapp.strategy import FedAdam as FlowerFedAdam
+
+from clients.fedavg import FedAvgClient
+from fedapp.config import Key
+from fedapp.records import make_content
+from strategies.base import FedStrategy
+
+
+class FedAdam(FedStrategy):
+    """FedAdam (Reddi et al., "Adaptive Federated Optimization", ICLR 2021).
+
+    With Delta_t = sum_i n_i w_i / sum_i n_i - w_t:
+    m_t = beta_1 m_{t-1} + (1 - beta_1) Delta_t, v_t = beta_2 v_{t-1} + (1 - beta_2) Delta_t^2,
+    w_{t+1} = w_t + eta_t m_t / (sqrt(v_t) + tau), eta_t Flower's bias-corrected ``eta``.
+    The arithmetic is Flower's ``FedAdam.aggregate_train``; m_t and v_t are kept here.
+    """
+
+    config_prefix = "fedadam"
+    config_keys = (
+        Key("eta", float, 0.01, "Server learning rate eta.", low=0.0, low_open=True),
+        Key("beta-1", float, 0.9, "First-moment decay beta_1.", low=0.0, high=1.0),
+        Key("beta-2", float, 0.99, "Second-moment decay beta_2.", low=0.0, high=1.0),
+        Key("tau", float, 1e-3, "Adaptivity tau.", low=0.0, low_open=True),
+    )
+    checkpoint_attrs = ("m_t", "v_t")
+
+    def __init__(self, cfg, model, dataset=None):
+        super().__init__(cfg, model, dataset)
+        self.m_t: dict[str, np.ndarray] | None = None
+        self.v_t: dict[str, np.ndarray] | None = None
+
+    def aggregate(self, server_round, replies):
+        opt = FlowerFedAdam(eta=self.cfg.algo("eta"), beta_1=self.cfg.algo("beta-1"),
+                            beta_2=self.cfg.algo("beta-2"), tau=self.cfg.algo("tau"))
+        opt.current_arrays = {k: v.numpy() for k, v in self.global_state.items()}
+        opt.m_t, opt.v_t = self.m_t, self.v_t
+        msgs = [Message(make_content({"arrays": r.payload["arrays"]},
+                                     metrics={"num-examples": r.num_examples}),
+                        dst_node_id=self.clients[r.pid].node_id, message_type=MessageType.TRAIN)
+                for r in replies]
+        arrays, _ = opt.aggregate_train(server_round, msgs)
+        self.m_t, self.v_t = opt.m_t, opt.v_t
+        self.global_state = {k: torch.from_numpy(np.asarray(a.numpy())).to(self.global_state[k].dtype)
+                             for k, a in arrays.items()}
+
+
+ALGORITHMS = {"fedadam": (FedAdam, FedAvgClient)}

@@ -1,0 +1,47 @@
+"""FedDyn: the server keeps the mean dual lambda and corrects the average by it."""
+
+from __future__ import annotations
+
+from clients.feddyn import FedDynClient
+from fedapp.config import Key
+from strategies.base import FedStrategy, weighted_mean
+
+BETA = Key("beta", float, 10.0, "Dynamic-regulariser penalty beta (FedDyn's alpha = 1/beta).", low=0.0, low_open=True)
+
+
+class FedDyn(FedStrategy):
+    """FedDyn (Acar et al., ICLR 2021) in FedSMOO's notation, beta = 1/alpha.
+
+    Clients minimise F_i(w) - <lambda_i, w> + ||w - w_t||^2 / (2 beta). With m training
+    clients and the replies of the sampled set S (unweighted means):
+
+        lambda <- lambda - sum_{i in S} (w_i - w_t) / (beta m)
+        w_{t+1} = (1/|S|) sum_{i in S} w_i - beta lambda
+
+    Since every lambda_i starts at 0, lambda = (1/m) sum over all clients of lambda_i.
+    """
+
+    config_prefix = "feddyn"
+    config_keys = (BETA,)
+    checkpoint_attrs = ("dual",)
+    weighted = False
+
+    def __init__(self, cfg, model, dataset=None):
+        super().__init__(cfg, model, dataset)
+        self.dual = self.zeros_like_params()
+
+    def update_dual(self, replies) -> None:
+        """lambda <- lambda - sum_{i in S} (w_i - w) / (beta m), m = all training clients."""
+        scale = self.cfg.algo("beta") * len(self.train_pool())
+        w = self.global_state
+        self.dual = {k: lam - sum(r.payload["arrays"][k] - w[k] for r in replies) / scale
+                     for k, lam in self.dual.items()}
+
+    def aggregate(self, server_round, replies):
+        self.update_dual(replies)
+        mean = weighted_mean([r.payload["arrays"] for r in replies], [1.0] * len(replies))
+        beta = self.cfg.algo("beta")
+        self.global_state = {k: v - beta * self.dual[k] if k in self.dual else v for k, v in mean.items()}
+
+
+ALGORITHMS = {"feddyn": (FedDyn, FedDynClient)}

@@ -1,0 +1,27 @@
+"""FedSAM (FedAvg server) and MoFedSAM (FedCM server), both with SAM clients."""
+
+from clients.fedsam import FedSAMClient, MoFedSAMClient
+from fedapp.config import Key
+from strategies.base import FedStrategy
+from strategies.fedcm import ALPHA, FedCM
+
+RHO = Key("rho", float, 0.1, "SAM perturbation radius rho.", low=0.0)
+
+
+class FedSAM(FedStrategy):
+    """FedSAM (Qu et al., ICML 2022): clients take SAM steps
+    w <- w - eta g(w + rho g/||g||); the server averages as FedAvg."""
+
+    config_prefix = "fedsam"
+    config_keys = (RHO,)
+
+
+class MoFedSAM(FedCM):
+    """MoFedSAM (Qu et al., ICML 2022): FedCM's server with SAM clients,
+    local direction alpha g(w + rho g/||g||) + (1 - alpha) Delta_t."""
+
+    config_prefix = "mofedsam"
+    config_keys = (RHO, ALPHA)
+
+
+ALGORITHMS = {"fedsam": (FedSAM, FedSAMClient), "mofedsam": (MoFedSAM, MoFedSAMClient)}

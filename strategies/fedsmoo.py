@@ -1,0 +1,61 @@
+"""FedSMOO and its no-correction ablation (FedSpeed-style) on FedDyn's server."""
+
+from __future__ import annotations
+
+from clients.fedsmoo import FedSMOOClient, FedSpeedClient
+from clients.sam import perturbation
+from fedapp.config import Key
+from strategies.base import spec_of, weighted_mean
+from strategies.feddyn import BETA, FedDyn
+from strategies.fedsam import RHO
+
+
+class FedSpeed(FedDyn):
+    """FedSMOO's ablation "dynamic regulariser + SAM, no correction" (mu_i = s = 0):
+    FedDyn's server with clients stepping along g(w_i + rho g/||g||) - lambda_i + (w_i - w)/beta."""
+
+    config_prefix = "fedspeed"
+    config_keys = (RHO, BETA)
+
+
+class FedSMOO(FedDyn):
+    """FedSMOO (Sun et al., ICML 2023), Algorithm 1.
+
+    The server keeps w, the global perturbation s and the dual lambda (all zero at first)
+    and sends (w, s). Client i keeps lambda_i and mu_i; per step, on one minibatch,
+    S = g(w_i) - mu_i - s, s_hat = r S/||S||, mu_i <- mu_i + s_hat - s and
+    w_i <- w_i - eta (g(w_i + s_hat) - lambda_i + (w_i - w)/beta); afterwards
+    lambda_i <- lambda_i - (w_i - w)/beta and it sends (w_i, s_tilde_i = mu_i - s_hat).
+    With m clients and replies from S (unweighted means):
+
+        s = r S/||S||, S = mean_i s_tilde_i
+        lambda <- lambda - sum_i (w_i - w)/(beta m)
+        w <- mean_i w_i - beta lambda
+
+    ``fedsmoo.rho`` is the paper's r, ``fedsmoo.beta`` the penalty (the public simulator's
+    ``lamb`` is 1/beta). ``fedsmoo.simulator-perturbation`` takes S from the mean of mu_i as
+    the authors' public simulator does. Traffic is two model-sized arrays each way.
+    """
+
+    config_prefix = "fedsmoo"
+    config_keys = (RHO, BETA, Key("simulator-perturbation", bool, False,
+                                  "Global perturbation from the mean of mu_i (public simulator) instead of mu_i - s_hat."))
+    checkpoint_attrs = ("dual", "perturbation")
+
+    def __init__(self, cfg, model, dataset=None):
+        super().__init__(cfg, model, dataset)
+        self.perturbation = self.zeros_like_params()
+
+    def train_payload(self, pid, server_round):
+        return {"arrays": self.global_state, "perturbation": self.perturbation}
+
+    def reply_spec(self, pid, server_round):
+        return spec_of({"arrays": self.global_state, "perturbation": self.perturbation})
+
+    def aggregate(self, server_round, replies):
+        super().aggregate(server_round, replies)
+        mean = weighted_mean([r.payload["perturbation"] for r in replies], [1.0] * len(replies))
+        self.perturbation = perturbation(mean, self.cfg.algo("rho"))
+
+
+ALGORITHMS = {"fedspeed": (FedSpeed, FedSpeedClient), "fedsmoo": (FedSMOO, FedSMOOClient)}
