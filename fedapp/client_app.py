@@ -15,12 +15,14 @@ from flwr.clientapp import ClientApp
 from fedapp import registry
 from fedapp.config import RunConfig, parse_run_config
 from fedapp.experiment import client_data, device_of
+from fedapp.faults import fault_mod
 from fedapp.models import build_model
 from fedapp.records import Payload, from_record, make_content, payload_of
 
 STATE_PREFIX = "state."
 
-app = ClientApp()
+# fault injection, a no-op unless the run config sets fault-fraction (fedapp/faults.py)
+app = ClientApp(mods=[fault_mod])
 
 
 def partition_id(context: Context) -> int:
