@@ -33,30 +33,34 @@ def group_utility(members: Sequence[int], updates: Mapping[int, np.ndarray], siz
     return sum(-alpha / d_group + _cos(updates[i], g_group) for i in members)
 
 
-def hierarchical_partition(updates: Mapping[int, np.ndarray], sizes: Mapping[int, float],
-                           alpha: float) -> list[Group]:
+def merge_benefit(a: Sequence[int], b: Sequence[int], updates: Mapping[int, np.ndarray],
+                  sizes: Mapping[int, float], alpha: float) -> float:
+    """Change of the members' summed utility when groups a and b merge: S(a u b) - S(a) - S(b)."""
+    return (group_utility([*a, *b], updates, sizes, alpha) - group_utility(a, updates, sizes, alpha)
+            - group_utility(b, updates, sizes, alpha))
+
+
+def hierarchical_partition(updates: Mapping[int, np.ndarray], sizes: Mapping[int, float], alpha: float,
+                           trace: list | None = None) -> list[Group]:
     """Agglomerative partition of Algorithm 2, from singletons.
 
-    The benefit of merging groups A and B is S(A u B) - S(A) - S(B), S the summed utility of a
-    group's members; the best pair is merged while its benefit is positive. Benefits are cached:
-    after a merge only the pairs with the new group are computed (ties: lowest client ids first).
+    The best pair of groups (largest :func:`merge_benefit`) is merged while its benefit is positive.
+    Benefits are cached: after a merge only the pairs with the new group are computed (ties: the
+    pair with the lowest client ids). ``trace`` receives (a, b, benefit) per merge, in order.
     """
-    groups: dict[Group, float] = {(i,): group_utility((i,), updates, sizes, alpha) for i in sorted(updates)}
-
-    def benefit(a: Group, b: Group) -> tuple[Group, float]:
-        merged = tuple(sorted(a + b))
-        total = group_utility(merged, updates, sizes, alpha)
-        return merged, total - groups[a] - groups[b]
-
-    ids = list(groups)
-    cache = {(a, b): benefit(a, b) for n, a in enumerate(ids) for b in ids[n + 1:]}
+    groups = [(i,) for i in sorted(updates)]
+    cache = {(a, b): merge_benefit(a, b, updates, sizes, alpha) for n, a in enumerate(groups) for b in groups[n + 1:]}
     while cache:
-        (a, b), (merged, gain) = max(cache.items(), key=lambda kv: (kv[1][1], [-i for i in kv[1][0]]))
+        (a, b), gain = max(cache.items(), key=lambda kv: (kv[1], [-i for i in kv[0][0] + kv[0][1]]))
         if gain <= 0:
             break
+        merged = tuple(sorted(a + b))
+        if trace is not None:
+            trace.append((a, b, gain))
+        groups = [g for g in groups if g not in (a, b)]
         cache = {pair: v for pair, v in cache.items() if a not in pair and b not in pair}
-        groups[merged] = groups.pop(a) + groups.pop(b) + gain
-        cache.update({(other, merged): benefit(other, merged) for other in groups if other != merged})
+        cache.update({(g, merged): merge_benefit(g, merged, updates, sizes, alpha) for g in groups})
+        groups.append(merged)
     return sorted(groups, key=lambda g: g[0])
 
 
