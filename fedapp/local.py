@@ -13,11 +13,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from uuid import uuid4
 
-from flwr.app import Context, Error, Message, RecordDict
+from flwr.app import Context, Error, Message, MessageType, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
+
+from fedapp.faults import Stalled, simulated_stalls
 
 
 def _copy(content: RecordDict) -> RecordDict:
@@ -28,7 +30,11 @@ def _copy(content: RecordDict) -> RecordDict:
 
 
 class InProcessGrid(Grid):
-    """Nodes ``101..100+n`` with node config ``partition-id = i``; replies computed on push."""
+    """Nodes ``101..100+n`` with node config ``partition-id = i``; replies computed on push.
+
+    A client that stalls (``fedapp.faults``) is a reply that never arrives: exchanges return
+    without it, as a real grid does after ``round-timeout``, but without waiting.
+    """
 
     def __init__(self, client_app: ClientApp, num_nodes: int, run_config: Mapping[str, Any],
                  node_configs: list[dict] | None = None, run_id: int = 1):
@@ -41,7 +47,9 @@ class InProcessGrid(Grid):
         # Messages take their run and source from the process's task identity, as in a ServerApp.
         TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, run_id, SUPERLINK_NODE_ID
         self._replies: dict[str, Message] = {}
-        self.offline: set[int] = set()  # node ids that accept no messages (tests of dropped clients)
+        # node ids that answer discovery but no training or evaluation message: connected
+        # nodes that drop out (the reference run for faulty clients)
+        self.offline: set[int] = set()
 
     def set_run(self, run) -> None:
         self._run = run
@@ -63,13 +71,16 @@ class InProcessGrid(Grid):
             msg.metadata.__dict__.update(_message_id=mid, _created_at=time.time())
             ids.append(mid)
             node = msg.metadata.dst_node_id
-            if node in self.offline:
+            if node in self.offline and msg.metadata.message_type != MessageType.QUERY:
                 continue
             incoming = Message(_copy(msg.content), dst_node_id=node, message_type=msg.metadata.message_type)
             incoming.metadata.__dict__.update(msg.metadata.__dict__)
             try:
-                reply = self.client_app(incoming, self.contexts[node])
+                with simulated_stalls():
+                    reply = self.client_app(incoming, self.contexts[node])
                 reply = Message(_copy(reply.content), reply_to=msg)
+            except Stalled:
+                continue
             except Exception as exc:  # a failing client becomes an error reply, as in Flower
                 reply = Message(Error(code=0, reason=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"),
                                 reply_to=msg)

@@ -1,7 +1,7 @@
-"""Per-run results: rows per round as JSON and CSV, and plots, rewritten after every round.
+"""Per-run results: rows per round as JSON and CSV, plots and checkpoints, rewritten after every round.
 
 Files are written atomically (temporary file, then rename), so a run stopped at any
-moment leaves every completed round on disk.
+moment leaves every completed round on disk, and a checkpoint to resume from.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fedapp import checkpoint
 from fedapp.config import RunConfig
 
 
@@ -32,13 +33,14 @@ def run_dir(cfg: RunConfig) -> Path:
 
 
 class ResultsWriter:
-    """Writes ``rounds.json``, ``rounds.csv`` and ``plot.png`` under results-dir/run-name."""
+    """Writes ``rounds.json``, ``rounds.csv``, ``plot.png`` and ``checkpoint.pt`` under
+    results-dir/run-name; ``rows`` are those of a resumed run's earlier rounds."""
 
-    def __init__(self, cfg: RunConfig, path: Path | None = None):
+    def __init__(self, cfg: RunConfig, path: Path | None = None, rows: list[dict[str, Any]] | None = None):
         self.cfg = cfg
         self.path = path or run_dir(cfg)
         self.path.mkdir(parents=True, exist_ok=True)
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[dict[str, Any]] = list(rows or [])
         self.extra: dict[str, Any] = {}
 
     def add(self, row: dict[str, Any], strategy=None) -> None:
@@ -46,6 +48,8 @@ class ResultsWriter:
         if strategy is not None and hasattr(strategy, "extra_results"):
             self.extra = strategy.extra_results()
         self.flush()
+        if strategy is not None and checkpoint.due(self.cfg, row["round"]):
+            checkpoint.save(strategy, self.path / checkpoint.FILENAME, row["round"])
 
     def flush(self) -> None:
         doc = {"config": self.cfg.as_dict(), "rounds": self.rows, **self.extra}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedapp import registry
+from fedapp import checkpoint, registry
 from fedapp.config import RunConfig, parse_run_config
 from fedapp.experiment import dataset, model_for
 from fedapp.results import ResultsWriter
@@ -20,12 +20,14 @@ def build_strategy(cfg: RunConfig):
 
 
 def run(grid: Grid, run_config):
-    """Run the configured strategy to the end; returns it (its ``history`` holds the rows)."""
+    """Run the configured strategy to the end, or on from ``resume-from``; returns it (its
+    ``history`` holds the rows)."""
     cfg = parse_run_config(run_config)  # bad input stops here, before any training
     strategy = build_strategy(cfg)
-    writer = ResultsWriter(cfg)
+    start = checkpoint.resume(strategy, cfg.resume_from) if cfg.resume_from else 1
+    writer = ResultsWriter(cfg, rows=strategy.history)
     try:
-        strategy.start(grid, writer=writer)
+        strategy.start(grid, writer=writer, start_round=start)
     finally:
         writer.close(strategy)
     return strategy

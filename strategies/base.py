@@ -25,6 +25,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
+from flwr.superlink.grid.http_grid import HttpGrid
 
 from fedapp.config import ConfigError, Key, RunConfig
 from fedapp.data import Dataset
@@ -58,6 +59,26 @@ class ClientInfo:
 
 def spec_of(payload: Mapping[str, Tensors]) -> Spec:
     return {name: {k: (tuple(v.shape), v.dtype) for k, v in t.items()} for name, t in payload.items()}
+
+
+def send_and_receive(grid: Grid, msgs: list[Message], timeout: float | None) -> list[Message]:
+    """``grid.send_and_receive`` with a short poll: Flower's HTTP grid sleeps 3 s between pulls,
+    which rounds every exchange up to a multiple of 3 s. The wait doubles from 10 ms to 0.1 s,
+    so a reply is seen at most 0.1 s late for a few pulls per second."""
+    if not isinstance(grid, HttpGrid):  # other grids (InProcessGrid) answer without sleeping
+        return list(grid.send_and_receive(msgs, timeout=timeout))
+    pending = set(grid.push_messages(msgs))
+    end = None if timeout is None else time.time() + timeout
+    replies: list[Message] = []
+    wait = 0.01
+    while True:
+        got = list(grid.pull_messages(pending))
+        replies += got
+        pending -= {m.metadata.reply_to_message_id for m in got}
+        if not pending or (end is not None and time.time() >= end):
+            return replies
+        time.sleep(wait)
+        wait = min(2 * wait, 0.1)
 
 
 def weighted_mean(states: list[Tensors], weights: Iterable[float]) -> Tensors:
@@ -99,6 +120,7 @@ class FedStrategy(Strategy):
         self.unseen = unseen_clients(cfg)
         self.traffic: Counter = Counter()
         self.dropped: Counter = Counter()
+        self.totals: Counter = Counter()  # traffic since round 1 (an attribute: checkpoints carry it)
         self.history: list[dict[str, Any]] = []
 
     @property
@@ -127,7 +149,7 @@ class FedStrategy(Strategy):
             if new:
                 msgs = [Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=n,
                                 message_type=MessageType.QUERY) for n in new]
-                for msg in grid.send_and_receive(msgs, timeout=self.cfg.round_timeout):
+                for msg in send_and_receive(grid, msgs, self.cfg.round_timeout):
                     if msg.has_error():
                         log(WARNING, "node %s did not answer discovery: %s", msg.metadata.src_node_id,
                             msg.error.reason)
@@ -163,7 +185,7 @@ class FedStrategy(Strategy):
             nbytes, params = content_bytes(msg.content)
             self.traffic[f"{traffic}-bytes-down"] += nbytes
             self.traffic[f"{traffic}-params-down"] += params
-        replies = list(grid.send_and_receive(msgs, timeout=self.cfg.round_timeout)) if msgs else []
+        replies = send_and_receive(grid, msgs, self.cfg.round_timeout) if msgs else []
         for msg in replies:
             if msg.has_content():
                 nbytes, params = content_bytes(msg.content)
@@ -174,42 +196,59 @@ class FedStrategy(Strategy):
             self.drop("timeout", missing)
         return replies
 
-    def drop(self, reason: str, count: int = 1, pid: int | None = None) -> None:
+    def drop(self, reason: str, count: int = 1, pid: int | None = None, detail: str = "") -> None:
+        """Count ``count`` dropped replies under ``reason`` (the row's dropped-reasons key)."""
         self.dropped[reason] += count
         log(WARNING, "dropped %d repl%s%s: %s", count, "y" if count == 1 else "ies",
-            "" if pid is None else f" from partition {pid}", reason)
+            "" if pid is None else f" from partition {pid}", detail or reason)
 
     def parse_replies(self, replies: Iterable[Message], expected: Mapping[int, Spec | None]) -> list[Reply]:
-        """Valid replies only: no error, a known partition id, the expected arrays, finite values.
+        """Valid replies only: no error, a known partition id answering once, the expected
+        arrays, finite values and scalar metrics. Every multi-phase ``fit_round`` passes its
+        replies through here, so no aggregation ever sees a bad one.
 
         ``expected`` maps each addressed partition id to the arrays its reply must carry
         (names, shapes, dtypes); ``None`` skips the array check (evaluation replies).
         """
         node_to_pid = {self.clients[pid].node_id: pid for pid in expected}
-        valid = []
+        valid: dict[int, Reply] = {}
         for msg in replies:
             pid = node_to_pid.get(msg.metadata.src_node_id)
             if msg.has_error():
-                self.drop(f"client-error: {msg.error.reason[:200]}", pid=pid)
+                # counted by the error's first line (same failure, same key); the log has more
+                first = (msg.error.reason or "?").strip().splitlines()[0][:120]
+                self.drop(f"client-error: {first}", pid=pid, detail=msg.error.reason[:500])
                 continue
-            reason = self.check_reply(msg.content, pid, expected.get(pid))
+            try:
+                reason = self.check_reply(msg.content, pid, expected.get(pid))
+            except Exception as exc:  # a reply too odd to check (wrong record types, ...) is bad too
+                reason = f"malformed: {type(exc).__name__}: {exc}"
+            if reason is None and pid in valid:
+                reason = "duplicate"
             if reason:
-                self.drop(reason, pid=pid)
+                self.drop(reason.split(":")[0], pid=pid, detail=reason)
                 continue
             metrics = {k: float(v) for k, v in msg.content["metrics"].items()}
-            valid.append(Reply(pid, payload_of(msg.content), metrics))
-        return sorted(valid, key=lambda r: r.pid)
+            valid[pid] = Reply(pid, payload_of(msg.content), metrics)
+        return [valid[pid] for pid in sorted(valid)]
 
     @staticmethod
     def check_reply(content: RecordDict, pid: int | None, spec: Spec | None) -> str | None:
-        """Why a reply is invalid, or None when it is fine."""
+        """Why a reply is invalid (``reason: detail``), or None when it is fine."""
         if pid is None:
             return "unknown-node"
         metrics = content.metric_records.get("metrics")
-        if metrics is None or int(metrics.get("partition-id", -1)) != pid:
+        if metrics is None:
+            return "wrong-records: no metrics"
+        for k, v in metrics.items():
+            if not isinstance(v, (int, float)):
+                return f"wrong-shape: metric {k} is not a scalar"
+            if not math.isfinite(v):
+                return f"non-finite: metric {k}"
+        if metrics.get("partition-id") != pid:
             return "wrong-partition-id"
         n = metrics.get("num-examples")
-        if not isinstance(n, (int, float)) or not math.isfinite(n) or n < 0 or n != int(n):
+        if n is None or n < 0 or n != int(n):
             return "bad-num-examples"
         if spec is None:
             return None
@@ -382,8 +421,7 @@ class FedStrategy(Strategy):
                 self.cfg.num_clients)
         if not self.train_pool():
             raise RuntimeError("no training client is connected")
-        totals: Counter = Counter()
-        t_start = time.time()
+        t_start = time.time() - (self.history[-1]["wall-time"] if self.history else 0.0)
         if start_round == 1:
             row = {"round": 0, **self.evaluate_central(), "wall-time": 0.0}
             self._record(row, writer)
@@ -396,9 +434,9 @@ class FedStrategy(Strategy):
             row["train-seconds"] = time.time() - t0
             if rnd % self.cfg.eval_every == 0 or rnd == num_rounds:
                 row.update(self.evaluate_round(rnd, grid))
-            totals.update(self.traffic)
+            self.totals.update(self.traffic)
             row.update(self.traffic)
-            row.update({f"total-{k}": v for k, v in totals.items()})
+            row.update({f"total-{k}": v for k, v in self.totals.items()})
             row["dropped-replies"] = sum(self.dropped.values())
             row["dropped-reasons"] = dict(self.dropped)
             row["round-seconds"] = time.time() - t0

@@ -1,0 +1,121 @@
+"""Server checkpoints: the complete strategy state after a round, and resuming from it.
+
+A checkpoint holds the global model, every attribute a strategy class (or any of its bases)
+lists in ``checkpoint_attrs``, the traffic totals, the result rows so far, the random
+generator states and the round number, so a resumed run repeats exactly what the
+uninterrupted run would have done. Client state is not in it: it lives with the clients
+(``context.state`` in a SuperNode, ``state-dir`` on a real site). It is a ``torch.save``
+pickle: load only checkpoints you wrote.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedapp.config import ConfigError, RunConfig
+
+FILENAME = "checkpoint.pt"
+#: base attributes every strategy has; algorithms add theirs with ``checkpoint_attrs``
+BASE_ATTRS = ("global_state", "totals", "history")
+#: run-config keys a resumed run may change: they set where, how long and on what it runs,
+#: not what is computed
+FREE_KEYS = frozenset({"num-server-rounds", "resume-from", "run-name", "results-dir", "checkpoint-every",
+                       "round-timeout", "node-wait-timeout", "device", "fault-fraction", "fault-kind"})
+
+
+def attrs_of(strategy) -> list[str]:
+    """BASE_ATTRS and each class's ``checkpoint_attrs`` along the hierarchy, so a subclass
+    never has to repeat its parents' list."""
+    names = [a for cls in reversed(type(strategy).__mro__) for a in vars(cls).get("checkpoint_attrs", ())]
+    return list(dict.fromkeys([*BASE_ATTRS, *names]))
+
+
+def due(cfg: RunConfig, server_round: int) -> bool:
+    every = cfg.checkpoint_every
+    return bool(every) and server_round > 0 and (server_round % every == 0 or server_round == cfg.num_server_rounds)
+
+
+def _pack(value: Any) -> Any:
+    """Modules and optimizers as their state dicts; anything else as is (object sharing kept)."""
+    if isinstance(value, (torch.nn.Module, torch.optim.Optimizer)):
+        return value.state_dict()
+    if isinstance(value, (dict, list, tuple)):
+        items = list(value.items() if isinstance(value, dict) else enumerate(value))
+        packed = [(k, _pack(v)) for k, v in items]
+        if all(p is v for (_, p), (_, v) in zip(packed, items)):
+            return value
+        return dict(packed) if isinstance(value, dict) else type(value)(p for _, p in packed)
+    return value
+
+
+def _restore(current: Any, saved: Any) -> Any:
+    """``saved`` put into ``current`` in place where the structure matches (tensors copied,
+    dicts and lists filled), so views a strategy derived from its state (FedALS's body and
+    head, IFCA's first cluster model) see the restored values; otherwise ``saved``."""
+    if isinstance(current, (torch.nn.Module, torch.optim.Optimizer)):
+        current.load_state_dict(saved)
+        return current
+    if (isinstance(current, torch.Tensor) and isinstance(saved, torch.Tensor)
+            and current.shape == saved.shape and current.dtype == saved.dtype):
+        with torch.no_grad():
+            current.copy_(saved)
+        return current
+    if isinstance(current, dict) and isinstance(saved, dict) and current.keys() == saved.keys():
+        for k in current:
+            current[k] = _restore(current[k], saved[k])
+        return current
+    if isinstance(current, list) and isinstance(saved, list) and len(current) == len(saved):
+        current[:] = [_restore(c, s) for c, s in zip(current, saved)]
+        return current
+    return saved
+
+
+def save(strategy, path: Path, server_round: int) -> None:
+    """Write the strategy's state after ``server_round`` to ``path`` atomically."""
+    from fedapp.results import atomic_write  # results.py imports this module
+
+    doc = {
+        "round": server_round,
+        "strategy": strategy.cfg.strategy,
+        "config": strategy.cfg.as_dict(),
+        "attrs": {name: _pack(getattr(strategy, name)) for name in attrs_of(strategy)},
+        "rng": {"numpy": strategy.rng.bit_generator.state, "torch": torch.get_rng_state(),
+                "python": random.getstate()},
+    }
+    buf = io.BytesIO()
+    torch.save(doc, buf)
+    atomic_write(path, buf.getvalue())
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    path = Path(path).expanduser()
+    if path.is_dir():
+        path = path / FILENAME
+    if not path.is_file():
+        raise ConfigError(f"run config 'resume-from' = {str(path)!r}: no checkpoint there")
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def resume(strategy, path: str | Path) -> int:
+    """Restore ``strategy`` from the checkpoint at ``path``; returns the round to run next.
+
+    Raises ConfigError when the checkpoint was written by a run with other settings
+    (only FREE_KEYS may differ).
+    """
+    doc = load(path)
+    old, new = doc["config"], strategy.cfg.as_dict()
+    changed = sorted(k for k in set(old) | set(new) if k not in FREE_KEYS and old.get(k) != new.get(k))
+    if changed:
+        raise ConfigError(f"run config 'resume-from' = {str(path)!r}: the checkpoint's run had other settings "
+                          f"for {', '.join(f'{k} ({old.get(k)!r} there, {new.get(k)!r} here)' for k in changed)}")
+    for name, saved in doc["attrs"].items():
+        setattr(strategy, name, _restore(getattr(strategy, name, None), saved))
+    strategy.rng.bit_generator.state = doc["rng"]["numpy"]
+    torch.set_rng_state(doc["rng"]["torch"])
+    random.setstate(doc["rng"]["python"])
+    return doc["round"] + 1
