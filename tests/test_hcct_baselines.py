@@ -1,0 +1,132 @@
+"""HCCT-E, HCCT-P and the Table IV baselines: each rule checked against numbers worked by hand."""
+
+import math
+
+import pytest
+import torch
+
+from clients.fedavg import FedAvgClient
+from clients.ifca import IFCAClient
+from clients.maxfl import MaxFLClient
+from fedapp.client_app import app
+from fedapp.config import parse_run_config
+from fedapp.experiment import client_data, dataset, model_for
+from fedapp.local import InProcessGrid, run_local
+from fedapp.records import content_bytes, make_content
+from strategies.base import Reply
+from strategies.fedfa import FedFA
+from strategies.hcct import HCCTE
+from strategies.ifca import IFCA
+
+
+def trained(cfg, pid, state, steps=30):
+    client = FedAvgClient(cfg.replace(local_steps=steps), model_for(cfg), client_data(cfg, pid))
+    return client.fit({"arrays": state}, {"server-round": 1, "lr": 0.1})[0]["arrays"]
+
+
+def test_independent_is_local_training(small_config):
+    run_config = {**small_config, "strategy": "independent", "num-server-rounds": 1}
+    strategy = run_local(run_config)
+    cfg = parse_run_config(run_config)
+    init = model_for(cfg).state_dict()
+    for pid in range(4):
+        alone = FedAvgClient(cfg, model_for(cfg), client_data(cfg, pid)).fit(
+            {"arrays": init}, {"server-round": 1, "lr": cfg.lr})[0]["arrays"]
+        for k, v in alone.items():
+            assert torch.allclose(strategy.models[pid][k], v, atol=1e-6)
+    assert strategy.history[-1]["groups"] == [[0], [1], [2], [3]]
+
+
+def test_hcct_p_keeps_the_head_on_the_client(small_config):
+    run_config = {**small_config, "strategy": "hcct-p", "hcct.groups": "0,1,2,3", "num-server-rounds": 2}
+    grid = InProcessGrid(app, 4, run_config)
+    strategy = run_local(run_config, grid=grid)
+    assert list(strategy.models[0]) == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+    heads = [ctx.state["state.head"]["fc.weight"].numpy() for ctx in grid.contexts.values()]
+    assert heads[0].shape == (10, 200) and not (heads[0] == heads[1]).all()  # one head per client
+    body_bytes, _ = content_bytes(make_content({"arrays": strategy.models[0]}))
+    assert strategy.history[-1]["train-bytes-down"] == 4 * body_bytes
+    assert strategy.central_state() is None  # no single full model even in one group
+
+
+def test_hcct_e_picks_the_layer_with_the_largest_variance_to_mean_ratio(small_config):
+    cfg = parse_run_config({**small_config, "strategy": "hcct-e"})
+    strategy = HCCTE(cfg, model_for(cfg), dataset(cfg))
+    init = strategy.init_state
+    # two clients: they agree on every layer but fc2, where their updates point opposite ways
+    # (mean 0, ratio huge); fc1 and fc agree up to +-10% (ratio 0.01)
+    ups = []
+    for sign in (1.0, -1.0):
+        u = {k: torch.ones_like(v) * (1 + 0.1 * sign) for k, v in init.items()}
+        u["fc2.weight"] = torch.full_like(init["fc2.weight"], sign)
+        u["fc2.bias"] = torch.full_like(init["fc2.bias"], sign)
+        ups.append(u)
+    strategy.updates = dict(enumerate(ups))
+    strategy.after_first_updates(1)
+    assert strategy.similarity_keys == ["fc2.weight", "fc2.bias"]
+    strategy.after_first_updates(2)  # chosen once
+    assert strategy.similarity_keys == ["fc2.weight", "fc2.bias"]
+
+
+def test_ifca_and_flsc_clients_pick_the_lowest_loss_models(small_config):
+    cfg = parse_run_config(small_config)
+    init = model_for(cfg).state_dict()
+    good = trained(cfg, 0, init)
+    far = {k: v * 3 for k, v in init.items()}  # a worse model than the initial one
+    payload = {"model-0": far, "model-1": good, "model-2": init}
+    client = IFCAClient(cfg, model_for(cfg), client_data(cfg, 0))
+    _, metrics = client.fit(payload, {"server-round": 2, "lr": 0.1, "chosen": 1})
+    assert metrics["cluster-mask"] == 0b010
+    client = IFCAClient(cfg, model_for(cfg), client_data(cfg, 0))
+    client.receive(payload, {"chosen": 2})
+    assert client.chosen == [1, 2]
+    assert torch.allclose(client.model.state_dict()["fc.weight"], (good["fc.weight"] + init["fc.weight"]) / 2)
+
+
+def test_ifca_averages_each_cluster_over_the_clients_that_chose_it(small_config):
+    cfg = parse_run_config({**small_config, "strategy": "flsc", "flsc.clusters": 3, "flsc.n-g": 2})
+    strategy = IFCA(cfg, model_for(cfg), dataset(cfg))
+    assert not torch.equal(strategy.cluster_models[0]["fc.weight"], strategy.cluster_models[1]["fc.weight"])
+    a = {k: torch.ones_like(v) for k, v in strategy.global_state.items()}
+    b = {k: torch.full_like(v, 4.0) for k, v in strategy.global_state.items()}
+    untouched = strategy.cluster_models[2]
+    strategy.aggregate(1, [Reply(0, {"arrays": a}, {"num-examples": 1, "cluster-mask": 0b011}),
+                           Reply(1, {"arrays": b}, {"num-examples": 2, "cluster-mask": 0b001})])
+    assert torch.allclose(strategy.cluster_models[0]["fc.bias"], torch.full((10,), 3.0))  # (1*1 + 2*4) / 3
+    assert torch.allclose(strategy.cluster_models[1]["fc.bias"], torch.ones(10))
+    assert strategy.cluster_models[2] is untouched
+    assert strategy.choices == {0: [0, 1], 1: [0]}
+
+
+def test_fedfa_weights_are_minus_log2_training_accuracy(small_config):
+    cfg = parse_run_config({**small_config, "strategy": "fedfa"})
+    strategy = FedFA(cfg, model_for(cfg), dataset(cfg))
+    a = {k: torch.zeros_like(v) for k, v in strategy.global_state.items()}
+    b = {k: torch.full_like(v, 3.0) for k, v in strategy.global_state.items()}
+    strategy.aggregate(1, [Reply(0, {"arrays": a}, {"num-examples": 100, "train-accuracy": 0.5}),
+                           Reply(1, {"arrays": b}, {"num-examples": 1, "train-accuracy": 0.25})])
+    # weights -log2(0.5) = 1 and -log2(0.25) = 2, whatever the example counts
+    assert torch.allclose(strategy.global_state["fc.bias"], torch.full((10,), 2.0))
+    run = run_local({**small_config, "strategy": "fedfa", "num-server-rounds": 1})
+    assert 0 < run.history[-1]["fed-accuracy"] <= 1
+
+
+def test_maxfl_client_joins_only_when_the_global_model_is_good_enough(small_config):
+    cfg = parse_run_config({**small_config, "strategy": "maxfl"})
+    init = model_for(cfg).state_dict()
+    own = trained(cfg, 0, init)
+    client = MaxFLClient(cfg, model_for(cfg), client_data(cfg, 0), state={"local": own})
+    _, metrics = client.fit({"arrays": init}, {"server-round": 2, "lr": 0.1})
+    assert metrics["joined"] == 0  # its own model has the lower loss: it keeps training that one
+    client = MaxFLClient(cfg, model_for(cfg), client_data(cfg, 0), state={"local": init})
+    _, metrics = client.fit({"arrays": own}, {"server-round": 2, "lr": 0.1})
+    assert metrics["joined"] == 1
+    assert math.isclose(cfg.algo("margin"), 0.0)
+
+
+@pytest.mark.parametrize("strategy", ["ifca", "flsc", "maxfl"])
+def test_baselines_run_end_to_end(small_config, strategy):
+    run = run_local({**small_config, "strategy": strategy, "num-server-rounds": 2})
+    row = run.history[-1]
+    assert row["replies"] == 4 and row["dropped-replies"] == 0
+    assert 0.3 < row["fed-accuracy"] <= 1
