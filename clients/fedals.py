@@ -1,0 +1,101 @@
+"""FedALS clients: a private body between body averages; the SCAFFOLD variant splits c likewise."""
+
+from __future__ import annotations
+
+import torch
+
+from clients.base import FedClient
+from clients.scaffold import ScaffoldClient, option_two
+from fedapp.config import RunConfig
+from fedapp.models import body_head_keys
+from fedapp.records import Payload, Tensors
+
+
+def split_model(cfg: RunConfig, model: torch.nn.Module) -> tuple[list[str], list[str]]:
+    """(body, head) state_dict keys for ``fedals.body-layers`` (0: all layers but the last)."""
+    return body_head_keys(model, cfg.algo("body-layers") or None)
+
+
+class FedALSClient(FedClient):
+    """FedALS client (Gholami and Seferoglu, Algorithm 1): tau SGD steps on [phi_i, h].
+
+    The body phi_i and the SGD momentum persist in client state; a received body (sent only
+    right after a body average) replaces phi_i, the head is received every round. The reply
+    holds the head, and the body on body-averaging rounds (``config["sync-body"]``).
+    """
+
+    keep_optimizer_state = True
+
+    def __init__(self, cfg, model, data, state=None, device="cpu"):
+        super().__init__(cfg, model, data, state, device)
+        self.body_keys, self.head_keys = split_model(cfg, model)
+
+    def part(self, tensors: Tensors, keys: list[str]) -> Tensors:
+        return {k: tensors[k] for k in keys}
+
+    def receive(self, payload: Payload, config: dict) -> None:
+        self.load_tensors(payload.get("body") or self.state.get("body") or {})
+        self.load_tensors(payload.get("head", {}))
+
+    def end_fit(self, payload: Payload, config: dict) -> None:
+        self.state["body"] = self.part(self.model_tensors(), self.body_keys)
+
+    def reply(self, payload: Payload, config: dict) -> Payload:
+        tensors = self.model_tensors()
+        out = {"head": self.part(tensors, self.head_keys)}
+        if config.get("sync-body"):
+            out["body"] = self.part(tensors, self.body_keys)
+        return out
+
+    def evaluate(self, payload: Payload, config: dict):
+        if config.get("collect-body"):  # the server averages all bodies to evaluate the mean model
+            self.receive({}, config)
+            return ({"body": self.part(self.model_tensors(), self.body_keys)},
+                    {"num-examples": len(self.data.train_y)})
+        return super().evaluate(payload, config)
+
+
+class FedALSScaffoldClient(FedALSClient, ScaffoldClient):
+    """FedALS + SCAFFOLD client (Appendix, Algorithm 4).
+
+    Local steps use g - c_i + c (SCAFFOLD's correction). After each round c_{h,i} is refreshed
+    by option II over the round's tau steps from the received head; on body-averaging rounds
+    c_{phi,i} too, over the steps since the last received body (alpha tau with full
+    participation). State: c_i (``control``), c_phi (``control-body``), that body and the step
+    count since (``body-anchor``, ``body-steps``).
+    """
+
+    def receive(self, payload: Payload, config: dict) -> None:
+        super().receive(payload, config)
+        if "control" not in payload:  # evaluation
+            return
+        params = set(self.params)
+        self.body_params = [k for k in self.body_keys if k in params]
+        self.head_params = [k for k in self.head_keys if k in params]
+        if "body" in payload:  # a fresh body average: c_phi and the anchor of c_{phi,i} restart here
+            self.state["control-body"] = self.part(payload["control"], self.body_params)
+            self.state["body-anchor"] = self.part(self.param_tensors(), self.body_params)
+            self.state["body-steps"] = {"n": torch.tensor(0)}
+        control = {**self.state["control-body"], **payload["control"]}
+        # ScaffoldClient.receive reloads the model just set and takes c, c_i and the anchor from it
+        ScaffoldClient.receive(self, {"arrays": self.model_tensors(), "control": control}, config)
+
+    def end_fit(self, payload: Payload, config: dict) -> None:
+        super().end_fit(payload, config)
+        lr = float(config["lr"])
+        y = self.param_tensors()
+        new = dict(self.client_control)
+        new.update(option_two(*(self.part(t, self.head_params) for t in (self.client_control, self.control,
+                                                                           self.anchor, y)), self.steps, lr))
+        body_steps = int(self.state["body-steps"]["n"]) + self.steps
+        if config.get("sync-body"):
+            new.update(option_two(*(self.part(t, self.body_params) for t in (self.client_control, self.control,
+                                                                               self.state["body-anchor"], y)),
+                                  body_steps, lr))
+        synced = (self.body_params if config.get("sync-body") else []) + self.head_params
+        self.control_delta = {k: (new[k] - self.client_control[k]).cpu() for k in synced}
+        self.state["control"] = {k: v.cpu() for k, v in new.items()}
+        self.state["body-steps"] = {"n": torch.tensor(body_steps)}
+
+    def reply(self, payload: Payload, config: dict) -> Payload:
+        return {**super().reply(payload, config), "control-delta": self.control_delta}

@@ -1,0 +1,161 @@
+"""FedALS: the head is averaged every round, the body only every alpha rounds; and FedALS + SCAFFOLD."""
+
+from __future__ import annotations
+
+from flwr.app import MessageType
+from flwr.serverapp import Grid
+
+from clients.fedals import FedALSClient, FedALSScaffoldClient, split_model
+from fedapp.config import ConfigError, Key
+from fedapp.records import Tensors, make_content
+from strategies.base import FedStrategy, Reply, spec_of, weighted_mean
+from strategies.scaffold import Scaffold
+
+
+class FedALS(FedStrategy):
+    """FedALS (Gholami and Seferoglu, "Differentiated Aggregation to Improve Generalization in
+    Federated Learning", Algorithm 1).
+
+    The model w = [phi, h] is split into a body phi (the first L layers, ``fedals.body-layers``)
+    and a head h. Each client i runs SGD on its own w_i; one round is tau local steps
+    (``local-steps``). With S_t the clients of round t:
+
+        every round:             h_i <- sum_{j in S_t} n_j h_j / sum_{j in S_t} n_j
+        if t mod alpha == 0:     phi_i <- sum_{j in S_t} n_j phi_j / sum_{j in S_t} n_j
+
+    (two independent ``if`` blocks; alpha = 1 is FedAvg). Between body averages every client
+    keeps training its own body, persisted with its SGD momentum; the server sends a body only
+    when it holds an average newer than the client's, so round 1 synchronises the full model
+    and a client is never reset to a stale body. Each way only the averaged parts travel.
+    The evaluated model is the average of all clients' models, (mean phi_i, mean h_i).
+    """
+
+    config_prefix = "fedals"
+    config_keys = (
+        Key("alpha", int, 10, "Body averaging period in rounds (alpha = 1 is FedAvg).", low=1),
+        Key("body-layers", int, 0, "L: leading layers in the body phi; 0 = all but the last layer.", low=0),
+    )
+    checkpoint_attrs = ("body_round", "client_body")
+
+    def __init__(self, cfg, model, dataset=None):
+        super().__init__(cfg, model, dataset)
+        try:
+            self.body_keys, self.head_keys = split_model(cfg, model)
+        except ValueError as err:
+            raise ConfigError(f"run config 'fedals.body-layers' = {cfg.algo('body-layers')} is invalid: {err}") from None
+        self.alpha: int = cfg.algo("alpha")
+        self.body_round = 0  # round of the last body average (0: the initial model)
+        self.body_pids: set[int] = set()  # clients whose bodies that average holds
+        self.client_body: dict[int, int] = {}  # pid -> body_round of the last body it received
+        self.averaged: Tensors | None = None  # the evaluated model, set by evaluate_round
+        self.split_views()
+
+    def split_views(self) -> None:
+        """Body and head of the global model as dicts shared by all messages of a round."""
+        self.body = {k: self.global_state[k] for k in self.body_keys}
+        self.head = {k: self.global_state[k] for k in self.head_keys}
+
+    def is_body_round(self, server_round: int) -> bool:
+        return server_round % self.alpha == 0
+
+    def sends_body(self, pid: int) -> bool:
+        """Whether ``pid`` gets the global body: only when it is newer than the client's own."""
+        return self.client_body.get(pid, -1) < self.body_round
+
+    def train_payload(self, pid, server_round):
+        return {"head": self.head, **({"body": self.body} if self.sends_body(pid) else {})}
+
+    def train_config(self, pid, server_round):
+        return {**super().train_config(pid, server_round), "sync-body": self.is_body_round(server_round)}
+
+    def reply_spec(self, pid, server_round):
+        return spec_of({"head": self.head, **({"body": self.body} if self.is_body_round(server_round) else {})})
+
+    def aggregate(self, server_round, replies):
+        for r in replies:  # a reply proves the client holds the body it was sent
+            self.client_body[r.pid] = self.body_round
+        weights = [r.num_examples if self.weighted else 1.0 for r in replies]
+        self.global_state.update(weighted_mean([r.payload["head"] for r in replies], weights))
+        if self.is_body_round(server_round):
+            self.global_state.update(weighted_mean([r.payload["body"] for r in replies], weights))
+            self.body_round, self.body_pids = server_round, {r.pid for r in replies}
+        self.split_views()
+
+    # ---- evaluation of the averaged model ----------------------------------------------
+    def averaged_model(self, server_round: int, grid: Grid) -> Tensors:
+        """(mean phi_i, mean h_i) over all training clients. Right after a body average of
+        everyone that is the global model; otherwise the bodies are fetched (eval traffic)."""
+        pool = self.train_pool()
+        if self.body_round == server_round and self.body_pids == set(pool):
+            return self.global_state
+        contents = {pid: make_content({}, {"server-round": server_round, "partition-id": pid, "collect-body": True})
+                    for pid in pool}
+        replies = self.exchange(grid, self.messages(contents, MessageType.EVALUATE), traffic="eval")
+        valid = self.parse_replies(replies, dict.fromkeys(pool, spec_of({"body": self.body})))
+        if not valid:
+            return self.global_state
+        weights = [self.clients[r.pid].num_train if self.weighted else 1.0 for r in valid]
+        return {**self.global_state, **weighted_mean([r.payload["body"] for r in valid], weights)}
+
+    def evaluate_round(self, server_round, grid):
+        evaluating = (self.cfg.central_eval and self.dataset is not None) or self.cfg.fraction_evaluate > 0
+        self.averaged = self.averaged_model(server_round, grid) if evaluating else None
+        if self.averaged is not None:
+            self.eval_parts = {"body": {k: self.averaged[k] for k in self.body_keys},
+                               "head": {k: self.averaged[k] for k in self.head_keys}}
+        return super().evaluate_round(server_round, grid)
+
+    def eval_payload(self, pid, server_round):
+        return self.eval_parts
+
+    def central_state(self):
+        return self.global_state if self.averaged is None else self.averaged
+
+
+class FedALSScaffold(FedALS, Scaffold):
+    """FedALS + SCAFFOLD (Gholami and Seferoglu, Appendix, Algorithm 4).
+
+    The control variates split like the model, c = [c_phi, c_h], and each part is refreshed
+    when its part of the model is averaged (SCAFFOLD option II over the steps since that part
+    was last synchronised):
+
+        every round:           c_{h,i} <- c_{h,i} - c_h + (h - h_i) / (eta tau)
+        if t mod alpha == 0:   c_{phi,i} <- c_{phi,i} - c_phi + (phi - phi_i) / (eta alpha tau)
+
+    where h and phi are the parts received at their last synchronisation, and the server sets
+    c_part <- c_part + (1/N) sum_{i in S_t} Delta c_{part,i} alongside the model average. Local
+    steps use g - c_i + c. A control part travels with its model part: "control" carries c_h
+    every round and c_phi with the body; "control-delta" carries the Delta c of the parts averaged.
+    """
+
+    checkpoint_attrs = FedALS.checkpoint_attrs + Scaffold.checkpoint_attrs
+    weighted = FedALS.weighted
+
+    def split_views(self):
+        super().split_views()
+        params = set(self.param_keys)
+        self.body_params = [k for k in self.body_keys if k in params]
+        self.head_params = [k for k in self.head_keys if k in params]
+        if hasattr(self, "control"):
+            self.head_control = {k: self.control[k] for k in self.head_params}
+            self.full_control = {k: self.control[k] for k in self.body_params + self.head_params}
+
+    def train_payload(self, pid, server_round):
+        payload = super().train_payload(pid, server_round)
+        payload["control"] = self.full_control if "body" in payload else self.head_control
+        return payload
+
+    def reply_spec(self, pid, server_round):
+        spec = super().reply_spec(pid, server_round)
+        spec["control-delta"] = spec_of({"c": self.full_control if "body" in spec else self.head_control})["c"]
+        return spec
+
+    def aggregate(self, server_round, replies):
+        # a part not averaged this round has Delta c = 0: pad to the full c for Scaffold's update
+        zeros = {k: 0.0 * self.control[k] for k in self.body_params}
+        Scaffold.update_control(self, [Reply(r.pid, {"control-delta": {**zeros, **r.payload["control-delta"]}},
+                                             r.metrics) for r in replies])
+        super().aggregate(server_round, replies)
+
+
+ALGORITHMS = {"fedals": (FedALS, FedALSClient), "fedals-scaffold": (FedALSScaffold, FedALSScaffoldClient)}

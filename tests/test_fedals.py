@@ -1,0 +1,190 @@
+"""FedALS and FedALS + SCAFFOLD: Table 2's traffic from the records, alpha = 1 is FedAvg,
+private bodies between body averages, and the split control variates."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import Message
+
+import clients.fedals
+from clients.fedals import FedALSClient
+from clients.fedavg import FedAvgClient
+from fedapp.client_app import app
+from fedapp.config import parse_run_config
+from fedapp.experiment import model_for
+from fedapp.local import InProcessGrid, run_local
+from fedapp.models import build_model
+from fedapp.records import make_content, payload_of
+from strategies.base import weighted_mean
+from strategies.fedals import FedALS
+
+ITERATIONS, TAU, N = 20_000, 5, 5
+
+
+def state_of(grid, name):
+    """Each node's persisted ``state.<name>`` as tensors, by partition id."""
+    states = {ctx.node_config["partition-id"]: payload_of(ctx.state) for ctx in grid.contexts.values()}
+    return {pid: s[f"state.{name}"] for pid, s in states.items() if f"state.{name}" in s}
+
+
+@pytest.mark.parametrize("alpha,billions", [(1, 2.344), (5, 0.473), (10, 0.239), (25, 0.099), (50, 0.052),
+                                            (100, 0.029)])
+def test_table2_parameters_per_client_resnet20_cifar10(alpha, billions):
+    """Parameters client 0 receives plus sends in 2x10^4 iterations, counted in the records.
+
+    Rounds 1 .. 2 alpha + 1 run through the strategy's own rounds with clients that answer
+    zeros of the requested shapes; from round 2 the message pattern repeats every alpha
+    rounds (checked), so the other rounds reuse those counts.
+    """
+    cfg = parse_run_config({"strategy": "fedals", "dataset": "cifar10", "model": "resnet20", "num-clients": N,
+                            "partition": "label-sorted", "local-steps": TAU, "fedals.alpha": alpha,
+                            "fraction-evaluate": 0.0})
+    model = build_model("resnet20", (3, 32, 32), 10)
+    params = {k for k, _ in model.named_parameters()}
+    assert sum(model.state_dict()[k].numel() for k in params) == 292_954
+    strategy = FedALS(cfg, model)
+    counts: dict[int, int] = {}
+
+    def sent(content) -> int:  # trainable parameters only: BatchNorm running statistics are not parameters
+        return sum(math.prod(a.shape) for rec in content.array_records.values() for k, a in rec.items() if k in params)
+
+    def client(msg, context):
+        pid = context.node_config["partition-id"]
+        if msg.metadata.message_type == "query":
+            return Message(make_content({}, metrics={"partition-id": pid, "num-train": 10_000, "num-test": 0}),
+                           reply_to=msg)
+        rnd = msg.content["config"]["server-round"]
+        spec = strategy.reply_spec(pid, rnd)
+        reply = make_content({name: {k: torch.zeros(s, dtype=d) for k, (s, d) in keys.items()}
+                              for name, keys in spec.items()}, metrics={"partition-id": pid, "num-examples": 10_000})
+        if pid == 0:
+            counts[rnd] = sent(msg.content) + sent(reply)
+        return Message(reply, reply_to=msg)
+
+    grid = InProcessGrid(client, N, {})
+    strategy.discover(grid)
+    for rnd in range(1, 2 * alpha + 2):
+        assert strategy.fit_round(rnd, grid)["replies"] == N
+    assert all(counts[r] == counts[r + alpha] for r in range(2, alpha + 2))
+    rounds = ITERATIONS // TAU
+    total = counts[1] + sum(counts[2 + (r - 2) % alpha] for r in range(2, rounds + 1))
+    # the head (650) both ways every round, the body (292,304) both ways every alpha rounds
+    assert total == 2 * rounds * 650 + 2 * (rounds // alpha) * 292_304
+    assert round(total / 1e9, 3) == billions
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_alpha_one_reproduces_fedavg_iterates(small_config, momentum, monkeypatch):
+    run_config = {**small_config, "num-server-rounds": 3, "fraction-evaluate": 0.0, "momentum": momentum,
+                  "weight-decay": 1e-4}
+    fedals = run_local({**run_config, "strategy": "fedals", "fedals.alpha": 1})
+    # FedALS clients keep their momentum across rounds, as the paper's FedAvg baseline does
+    monkeypatch.setattr(FedAvgClient, "keep_optimizer_state", True)
+    fedavg = run_local(run_config)
+    for k, v in fedavg.global_state.items():
+        assert torch.equal(fedals.global_state[k], v), k
+    for a, b in zip(fedals.history, fedavg.history):
+        assert a.get("central-accuracy") == b.get("central-accuracy")
+        assert a.get("train-bytes-down") == b.get("train-bytes-down")
+        assert a.get("train-bytes-up") == b.get("train-bytes-up")
+
+
+def test_bodies_diverge_between_syncs_and_coincide_after_one(small_config, monkeypatch):
+    """alpha = 3: round 1 starts equal, rounds 2-3 from each client's own body, round 4 from the average."""
+    starts: dict[tuple[int, int], dict] = {}
+    real_receive = FedALSClient.receive
+
+    def receive(self, payload, config):
+        real_receive(self, payload, config)
+        if "server-round" in config and not config.get("collect-body"):
+            starts[self.data.pid, config["server-round"]] = self.model_tensors()
+
+    monkeypatch.setattr(FedALSClient, "receive", receive)
+    run_config = {**small_config, "strategy": "fedals", "fedals.alpha": 3, "fraction-evaluate": 0.0,
+                  "momentum": 0.9, "num-server-rounds": 3, "central-eval": False}
+    grid = InProcessGrid(app, 4, run_config)
+    strategy = run_local(run_config, grid=grid)
+    bodies_3 = state_of(grid, "body")  # each client's own body after the body-averaging round 3
+    assert set(state_of(grid, "momentum")[0]) == {k for k, _ in strategy.model.named_parameters()}
+    strategy.cfg = strategy.cfg.replace(num_server_rounds=4)
+    strategy.fit_round(4, grid)
+    body, head = strategy.body_keys, strategy.head_keys
+    w = "fc1.weight"
+    assert w in body and head == ["fc.weight", "fc.bias"]
+    for rnd in (1, 2, 3, 4):
+        for pid in (1, 2, 3):  # heads coincide every round
+            for k in head:
+                assert torch.equal(starts[pid, rnd][k], starts[0, rnd][k])
+    assert all(torch.equal(starts[pid, 1][w], starts[0, 1][w]) for pid in range(4))
+    for rnd in (2, 3):  # private bodies: different per client, never the server's stale body
+        assert all((starts[pid, rnd][w] - starts[0, rnd][w]).abs().max() > 1e-4 for pid in (1, 2, 3))
+        assert all(not torch.equal(starts[pid, rnd][w], strategy.global_state[w]) for pid in range(4))
+    mean = weighted_mean([bodies_3[pid] for pid in range(4)], [strategy.clients[p].num_train for p in range(4)])
+    for pid in range(4):
+        assert torch.equal(starts[pid, 4][w], starts[0, 4][w])
+        assert torch.allclose(starts[pid, 4][w], mean[w], atol=1e-6)
+    # traffic: round 3 uploads bodies, round 4 downloads them; round 2 carries heads only
+    rows = {r["round"]: r for r in strategy.history}
+    head_params = sum(strategy.global_state[k].numel() for k in head)
+    assert rows[2]["train-params-down"] == rows[2]["train-params-up"] == 4 * head_params
+    assert rows[3]["train-params-up"] == 4 * sum(v.numel() for v in strategy.global_state.values())
+
+
+def test_off_sync_evaluation_averages_all_bodies_as_eval_traffic(small_config):
+    run_config = {**small_config, "strategy": "fedals", "fedals.alpha": 2, "num-server-rounds": 2,
+                  "fraction-evaluate": 0.0}
+    grid = InProcessGrid(app, 4, run_config)
+    strategy = run_local(run_config, grid=grid)
+    rows = {r["round"]: r for r in strategy.history}
+    body_params = sum(strategy.global_state[k].numel() for k in strategy.body_keys)
+    assert rows[1]["eval-params-up"] == 4 * body_params  # off-sync: bodies fetched for the mean model
+    assert "eval-params-up" not in rows[2] or rows[2]["eval-params-up"] == 0  # sync: the server has it
+    assert rows[1]["train-params-up"] < body_params
+
+
+def test_unsampled_client_keeps_its_body(small_config):
+    run_config = {**small_config, "strategy": "fedals", "fedals.alpha": 5, "fraction-train": 0.5,
+                  "num-server-rounds": 2, "fraction-evaluate": 0.0, "central-eval": False}
+    grid = InProcessGrid(app, 4, run_config)
+    strategy = run_local(run_config, grid=grid)
+    before = state_of(grid, "body")
+    sampled = set(strategy.sample(3))
+    strategy.rng = np.random.default_rng([strategy.cfg.seed, 7])  # replay the draws of rounds 1-2
+    strategy.sample(1), strategy.sample(2)
+    strategy.fit_round(3, grid)
+    after = state_of(grid, "body")
+    assert set(before) - sampled and set(before) & sampled  # both cases occur
+    for pid in before:
+        same = torch.equal(before[pid]["fc1.weight"], after[pid]["fc1.weight"])
+        assert same == (pid not in sampled), pid
+
+
+def test_scaffold_with_zero_control_variates_equals_fedals(small_config, monkeypatch):
+    run_config = {**small_config, "fedals.alpha": 2, "num-server-rounds": 4, "fraction-evaluate": 0.0,
+                  "momentum": 0.9}
+    fedals = run_local({**run_config, "strategy": "fedals"})
+    monkeypatch.setattr(clients.fedals, "option_two", lambda c_i, c, x, y, steps, lr: c_i)  # c_i, c stay 0
+    both = run_local({**run_config, "strategy": "fedals-scaffold"})
+    assert all(float(c.abs().max()) == 0.0 for c in both.control.values())
+    for k, v in fedals.global_state.items():
+        assert torch.equal(both.global_state[k], v), k
+
+
+def test_scaffold_body_control_spans_alpha_tau_steps(small_config):
+    """After the first body average (round alpha = 2) with c_i = c = 0 before it:
+    c_{phi,i} = (phi_0 - phi_i) / (eta alpha tau), and c_phi is their mean over the N clients."""
+    lr, tau, alpha = 0.05, small_config["local-steps"], 2
+    run_config = {**small_config, "strategy": "fedals-scaffold", "fedals.alpha": alpha, "num-server-rounds": 2,
+                  "fraction-evaluate": 0.0, "central-eval": False, "lr": lr}
+    grid = InProcessGrid(app, 4, run_config)
+    strategy = run_local(run_config, grid=grid)
+    init = model_for(parse_run_config(run_config)).state_dict()  # phi_0: the body round 1 sent
+    bodies, controls = state_of(grid, "body"), state_of(grid, "control")
+    k = "fc1.weight"
+    for pid in range(4):
+        expected = (init[k] - bodies[pid][k]) / (lr * alpha * tau)
+        assert torch.allclose(controls[pid][k], expected, atol=1e-5), pid
+    assert torch.allclose(strategy.control[k], sum(controls[p][k] for p in range(4)) / 4, atol=1e-6)
+    assert strategy.control[k].abs().max() > 1e-3
