@@ -1,0 +1,1 @@
+"""Experiment configs, sweep runners, benchmarks and plots."""
