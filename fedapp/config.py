@@ -199,7 +199,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
 
     spec = algorithms()[values["strategy"]]
     cfg = RunConfig(values, spec.prefix)
-    if values["partition"] == "natural" and values["dataset"] not in ("synthetic", "femnist"):
+    if values["partition"] == "natural" and values["dataset"] not in ("synthetic", "femnist", "digit5"):
         raise ConfigError(
             f"run config 'partition' = 'natural' needs a dataset with natural clients "
             f"('synthetic', 'femnist'), not {values['dataset']!r}; use e.g. 'iid' or 'dirichlet'"

@@ -68,7 +68,9 @@ DATASETS: dict[str, Source] = {
     "svhn": Source("ufldl-stanford/svhn", "cropped_digits"),
     "femnist": Source("flwrlabs/femnist", label_key="character", writer_key="writer_id"),
     "imagefolder": Source(),
+    "digit5": Source(),  # local directory only: see _read_digit5
 }
+DIGIT5_DOMAINS = ("mnist", "mnistm", "svhn", "syn", "usps")
 
 
 def load_dataset(
@@ -99,6 +101,15 @@ def load_dataset(
                 f"(and optionally test/<label>/<file>) or a .tar.gz of it; got {data_dir!r}"
             )
         arrays = _cached(name, _fingerprint(path), lambda: _read_image_tree(path))
+    elif name == "digit5":
+        dirs = search_dirs(data_dir)
+        path = next((d / name for d in dirs if (d / name / DIGIT5_DOMAINS[0]).is_dir()), None)
+        if path is None:
+            raise FileNotFoundError(
+                f"digit5 is read from a local directory only: <dir>/digit5/<domain>/{{train,test}}/<digit>/<file> "
+                f"for the domains {', '.join(DIGIT5_DOMAINS)}; looked in {', '.join(map(str, dirs))}"
+            )
+        arrays = _cached(name, _fingerprint(path), lambda: _read_digit5(path))
     else:
         dirs = search_dirs(data_dir)
         path = _find_local(name, dirs)
@@ -276,6 +287,28 @@ def _read_image_tree(path: Path) -> dict:
             if rows
             else torch.zeros((0, *arrays["train_x"].shape[1:]), dtype=torch.uint8)
         )
+    arrays["mean"], arrays["std"] = channel_stats(arrays["train_x"])
+    return arrays
+
+
+def _read_digit5(path: Path, size: int = 32) -> dict:
+    """Digit-5 (MNIST, MNIST-M, SVHN, SynDigits, USPS; HCCT's feature-skew task) from
+    ``path/<domain>/{train,test}/<digit>/<file>``: every image resized to size x size RGB, labels the
+    digit folder names, and the domain index as each example's natural client id."""
+    parts: dict[str, list] = {f"{s}_{k}": [] for s in SPLITS for k in ("x", "y", "client")}
+    for d, domain in enumerate(DIGIT5_DOMAINS):
+        if not (path / domain).is_dir():
+            raise FileNotFoundError(f"digit5: missing domain folder {path / domain}")
+        for split, label, _, data in _iter_tree(path / domain):
+            img = Image.open(io.BytesIO(data)).convert("RGB").resize((size, size), Image.BILINEAR)
+            parts[f"{split}_x"].append(np.asarray(img))
+            parts[f"{split}_y"].append(int(label))
+            parts[f"{split}_client"].append(d)
+    arrays: dict = {"num_classes": 10}
+    for split in SPLITS:
+        arrays[f"{split}_x"] = _stack(parts[f"{split}_x"], str(path))
+        arrays[f"{split}_y"] = torch.tensor(parts[f"{split}_y"], dtype=torch.int64)
+        arrays[f"{split}_client"] = torch.tensor(parts[f"{split}_client"], dtype=torch.int64)
     arrays["mean"], arrays["std"] = channel_stats(arrays["train_x"])
     return arrays
 
