@@ -86,27 +86,29 @@ class ShardsHalfNormalPartitioner(PrecomputedPartitioner):
         return [np.concatenate([shards[s] for s in order[a:b]]) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-class HalfClassesSkewPartitioner(PrecomputedPartitioner):
-    """HCCT Table II: clients 0 and 1 split every class of the first half of the classes 20% / 80%,
-    client 2 holds the other half; collaboration helps only within {0, 1}."""
+class HalfClassesPartitioner(PrecomputedPartitioner):
+    """HCCT Table II: the last client holds the second half of the classes; clients 0..n-2 split
+    every class of the first half with shares proportional to (k+1)^2, which for three clients is
+    the paper's 20% / 80% (so collaboration helps only among the first n-1 clients)."""
 
     def __init__(self, num_partitions: int, seed: int) -> None:
-        if num_partitions != 3:
-            raise ValueError(f"partitioner 'hcct-table2' needs num_partitions=3, got {num_partitions}")
+        if num_partitions < 2:
+            raise ValueError(f"partitioner 'half-classes' needs num_partitions >= 2, got {num_partitions}")
         super().__init__(num_partitions, seed)
 
     def _split(self, labels, rng):
         classes = np.unique(labels)
-        first = classes[: len(classes) // 2]
-        parts: list[list[np.ndarray]] = [[], [], []]
+        first = set(classes[: len(classes) // 2].tolist())
+        shares = np.arange(1, self._num_partitions) ** 2.0
+        parts: list[list[np.ndarray]] = [[] for _ in range(self._num_partitions)]
         for c in classes:
             idx = rng.permutation(np.flatnonzero(labels == c))
             if c in first:
-                cut = round(0.2 * len(idx))
-                parts[0].append(idx[:cut])
-                parts[1].append(idx[cut:])
+                cuts = np.cumsum(allocate(shares, len(idx), minimum=0))[:-1]
+                for k, chunk in enumerate(np.split(idx, cuts)):
+                    parts[k].append(chunk)
             else:
-                parts[2].append(idx)
+                parts[-1].append(idx)
         return [np.sort(np.concatenate(p)) for p in parts]
 
 
@@ -163,8 +165,8 @@ def _quantity_halfnormal(labels, n, seed, sigma, **_):
     return SizePartitioner([int(s) for s in sizes]), rng.permutation(len(labels))
 
 
-def _hcct_table2(labels, n, seed, **_):
-    return HalfClassesSkewPartitioner(n, seed), None
+def _half_classes(labels, n, seed, **_):
+    return HalfClassesPartitioner(n, seed), None
 
 
 def _natural(labels, n, seed, natural_ids, **_):
@@ -184,7 +186,7 @@ PARTITIONERS: dict[str, _Factory] = {
     "label-sorted": _label_sorted,
     "shards-halfnormal": _shards_halfnormal,
     "quantity-halfnormal": _quantity_halfnormal,
-    "hcct-table2": _hcct_table2,
+    "half-classes": _half_classes,
     "natural": _natural,
 }
 
