@@ -14,7 +14,7 @@ from flwr.clientapp import ClientApp
 
 from fedapp import registry
 from fedapp.config import RunConfig, parse_run_config
-from fedapp.experiment import client_data, device_of
+from fedapp.experiment import ClientData, client_data, device_of
 from fedapp.faults import fault_mod
 from fedapp.models import build_model
 from fedapp.records import Payload, from_record, make_content, payload_of
@@ -45,11 +45,26 @@ def commit_state(context: Context, state: Payload) -> None:
         context.state[STATE_PREFIX + name] = ArrayRecord({k: v.detach().cpu() for k, v in tensors.items()})
 
 
+_DATA: dict[tuple, ClientData] = {}
+
+
+def cached_client_data(cfg: RunConfig, pid: int, data_dir: str | None) -> ClientData:
+    """``client_data``, kept per process for one run config: gathering a partition's tensors
+    costs tens of ms per message, and all partitions together are one copy of the dataset
+    (read-only: clients never write to their data)."""
+    key = tuple(sorted(cfg.as_dict().items()))
+    if _DATA and next(iter(_DATA))[0] != key:  # another run in this process: drop the old one
+        _DATA.clear()
+    if (key, pid, data_dir) not in _DATA:
+        _DATA[key, pid, data_dir] = client_data(cfg, pid, data_dir=data_dir)
+    return _DATA[key, pid, data_dir]
+
+
 def make_client(cfg: RunConfig, context: Context):
     """The configured client for this node: its data, a fresh model, its saved state."""
     pid = partition_id(context)
     data_dir = context.node_config.get("data-dir") or None
-    data = client_data(cfg, pid, data_dir=data_dir)
+    data = cached_client_data(cfg, pid, data_dir)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, tuple(data.train_x.shape[1:]), data.num_classes)
     return registry.get(cfg.strategy).client(cfg, model, data, load_state(context), device_of(cfg))
@@ -64,7 +79,7 @@ def query(msg: Message, context: Context) -> Message:
     """Discovery: the partition id and split sizes this node serves."""
     cfg = parse_run_config(context.run_config)
     pid = partition_id(context)
-    data = client_data(cfg, pid, data_dir=context.node_config.get("data-dir") or None)
+    data = cached_client_data(cfg, pid, context.node_config.get("data-dir") or None)
     sizes = {"num-train": len(data.train_y), "num-test": len(data.test_y)}
     if "num-partitions" in context.node_config:  # simulated partitions: the server checks num-clients
         sizes["num-partitions"] = int(context.node_config["num-partitions"])

@@ -30,7 +30,7 @@ from flwr.superlink.grid.http_grid import HttpGrid
 from fedapp.config import ConfigError, Key, RunConfig
 from fedapp.data import Dataset
 from fedapp.experiment import round_lr, unseen_clients
-from fedapp.records import Payload, Tensors, content_bytes, make_content, payload_of
+from fedapp.records import Payload, Tensors, array_numpy, content_bytes, make_content, payload_of
 from fedapp.training import evaluate
 
 Spec = dict[str, dict[str, tuple[tuple[int, ...], torch.dtype]]]
@@ -267,7 +267,7 @@ class FedStrategy(Strategy):
                     return f"wrong-dtype: {name}/{k} {gdtype} != {dtype}"
         for name, rec in content.array_records.items():
             for k, a in rec.items():
-                arr = a.numpy()
+                arr = array_numpy(a)
                 if arr.dtype.kind == "f" and not np.isfinite(arr).all():
                     return f"non-finite: {name}/{k}"
         return None

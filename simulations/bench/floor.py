@@ -1,0 +1,77 @@
+"""Floor of benchmark 1: one round's local training as a bare torch loop in one process.
+
+The same clients' tensors (fedapp.experiment.client_data), the same LeNet, 50 SGD steps of
+batch 32 per client, no Flower, no messages. ``--batches inline`` prepares each batch in the
+loop (gather, crop/flip, normalise, as the app's loader must); ``prebuilt`` times forward,
+backward and step alone on batches made beforehand.
+
+    python simulations/bench/floor.py --repeats 3 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from common import BASE, fmt, load, record, stats
+
+import torch
+import torch.nn.functional as F
+
+from fedapp.config import parse_run_config
+from fedapp.data.loader import PAD, crop_flip, prepare
+from fedapp.experiment import client_data
+from fedapp.models import build_model
+
+
+def batches(d, steps: int, bs: int, g: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    out = []
+    for _ in range(steps):
+        idx = torch.randint(len(d.train_y), (bs,), generator=g)
+        x = d.train_x[idx]
+        if d.augment:
+            off = torch.randint(0, 2 * PAD + 1, (2, bs), generator=g)
+            x = crop_flip(x, off[0], off[1], torch.rand(bs, generator=g) < 0.5)
+        out.append((prepare(x, d.mean, d.std), d.train_y[idx]))
+    return out
+
+
+def one_round(clients, cfg, prebuilt: bool, g: torch.Generator) -> float:
+    """Seconds for every client's local steps (batches made beforehand are not timed)."""
+    ready = [batches(d, cfg.local_steps, cfg.batch_size, g) for d in clients] if prebuilt else None
+    t0 = time.perf_counter()
+    for i, d in enumerate(clients):
+        torch.manual_seed(cfg.seed)
+        model = build_model(cfg.model, tuple(d.train_x.shape[1:]), d.num_classes)
+        opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+        for x, y in ready[i] if prebuilt else batches(d, cfg.local_steps, cfg.batch_size, g):
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    p.add_argument("--batches", choices=("inline", "prebuilt"), default="inline")
+    p.add_argument("--local-steps", type=int, default=BASE["local-steps"])
+    p.add_argument("--num-clients", type=int, default=BASE["num-clients"])
+    p.add_argument("--out")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    cfg = parse_run_config({**BASE, "local-steps": a.local_steps, "num-clients": a.num_clients})
+    clients = [client_data(cfg, pid) for pid in range(cfg.num_clients)]
+    g = torch.Generator().manual_seed(0)
+    one_round(clients[:1], cfg, a.batches == "prebuilt", g)  # warm-up
+    times = [one_round(clients, cfg, a.batches == "prebuilt", g) for _ in range(a.repeats)]
+    s = stats(times)
+    print(f"floor ({a.batches}, {a.threads} threads, {cfg.num_clients}x{cfg.local_steps} steps): "
+          f"{fmt(s)} per round; {load()}")
+    record(a.out, bench="floor", batches=a.batches, threads=a.threads, clients=cfg.num_clients,
+           steps=cfg.local_steps, seconds=times, **s)
+
+
+if __name__ == "__main__":
+    main()
