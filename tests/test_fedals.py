@@ -188,3 +188,19 @@ def test_scaffold_body_control_spans_alpha_tau_steps(small_config):
         assert torch.allclose(controls[pid][k], expected, atol=1e-5), pid
     assert torch.allclose(strategy.control[k], sum(controls[p][k] for p in range(4)) / 4, atol=1e-6)
     assert strategy.control[k].abs().max() > 1e-3
+
+
+def test_simulation_files_are_valid_run_configs():
+    import tomllib
+    from pathlib import Path
+
+    from flwr.common.config import flatten_dict
+
+    files = sorted((Path(__file__).parents[1] / "simulations" / "fedals").glob("*.toml"))
+    assert len(files) == 12  # Table 1 (4 datasets x non-iid/IID), Tables 2 and 3, two CPU-scale files
+    for path in files:
+        cfg = parse_run_config(flatten_dict(tomllib.loads(path.read_text())))  # as flwr run reads it
+        assert (cfg.num_clients, cfg.local_steps, cfg.batch_size, cfg.momentum) == (5, 5, 64, 0.9), path.name
+        assert cfg.partition == ("iid" if path.stem.endswith("-iid") else "label-sorted"), path.name
+        assert cfg.model == ("lenet" if path.stem.startswith("cpu") else "resnet20"), path.name
+        assert cfg.num_server_rounds * cfg.local_steps == (1000 if path.stem.startswith("cpu") else 20_000)
