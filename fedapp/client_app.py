@@ -4,9 +4,17 @@ The client class (see ``clients/``) is chosen by the run config's ``strategy``. 
 must outlive a message (duals, control variates, private bodies or heads) lives in
 ``context.state`` as ArrayRecords named ``state.<name>``; it is replaced only after
 ``fit`` returned, so a client that fails mid-round keeps its last committed state.
+
+A SuperNode's ``context.state`` lives in its memory. When the node config names a
+``state-dir``, every commit is also written there (one file per run, strategy and
+partition, replaced atomically), and a restarted SuperNode, whose context starts empty,
+reads it back at its next message.
 """
 
 from __future__ import annotations
+
+import io
+from pathlib import Path
 
 import torch
 from flwr.app import ArrayRecord, Context, Message
@@ -18,6 +26,7 @@ from fedapp.experiment import ClientData, client_data, device_of
 from fedapp.faults import fault_mod
 from fedapp.models import build_model
 from fedapp.records import Payload, from_record, make_content, payload_of
+from fedapp.results import atomic_write
 
 STATE_PREFIX = "state."
 
@@ -32,17 +41,38 @@ def partition_id(context: Context) -> int:
         raise ValueError("node config needs 'partition-id' (and 'num-partitions', or 'data-dir')") from None
 
 
-def load_state(context: Context) -> Payload:
-    return {name[len(STATE_PREFIX):]: from_record(rec) for name, rec in context.state.array_records.items()
-            if name.startswith(STATE_PREFIX)}
+def state_path(context: Context, cfg: RunConfig) -> Path | None:
+    """This site's state file for the run, when the node config names a ``state-dir``."""
+    state_dir = context.node_config.get("state-dir")
+    if not state_dir:
+        return None
+    return Path(str(state_dir)).expanduser() / f"run{context.run_id}-{cfg.strategy}-p{partition_id(context)}.pt"
 
 
-def commit_state(context: Context, state: Payload) -> None:
+def load_state(context: Context, cfg: RunConfig) -> Payload:
+    """The last committed state: from the context, or from ``state-dir`` after a SuperNode restart."""
+    state = {name[len(STATE_PREFIX):]: from_record(rec) for name, rec in context.state.array_records.items()
+             if name.startswith(STATE_PREFIX)}
+    path = state_path(context, cfg)
+    if not state and path is not None and path.exists():
+        state = torch.load(path, weights_only=True)
+    return state
+
+
+def commit_state(context: Context, cfg: RunConfig, state: Payload) -> None:
     """Replace the persisted client state by ``state`` as a whole."""
+    state = {name: {k: v.detach().cpu() for k, v in tensors.items()} for name, tensors in state.items()}
+    if (path := state_path(context, cfg)) is not None:
+        # file first: if writing fails the reply fails and the context keeps the old state too;
+        # a crash mid-write leaves only a temporary file next to the last complete one
+        path.parent.mkdir(parents=True, exist_ok=True)
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        atomic_write(path, buf.getvalue())
     for name in [n for n in context.state.array_records if n.startswith(STATE_PREFIX)]:
         del context.state[name]
     for name, tensors in state.items():
-        context.state[STATE_PREFIX + name] = ArrayRecord({k: v.detach().cpu() for k, v in tensors.items()})
+        context.state[STATE_PREFIX + name] = ArrayRecord(tensors)
 
 
 _DATA: dict[tuple, ClientData] = {}
@@ -67,7 +97,7 @@ def make_client(cfg: RunConfig, context: Context):
     data = cached_client_data(cfg, pid, data_dir)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, tuple(data.train_x.shape[1:]), data.num_classes)
-    return registry.get(cfg.strategy).client(cfg, model, data, load_state(context), device_of(cfg))
+    return registry.get(cfg.strategy).client(cfg, model, data, load_state(context, cfg), device_of(cfg))
 
 
 def _reply(msg: Message, payload: Payload, metrics: dict, pid: int) -> Message:
@@ -91,7 +121,7 @@ def train(msg: Message, context: Context) -> Message:
     cfg = parse_run_config(context.run_config)
     client = make_client(cfg, context)
     payload, metrics = client.fit(payload_of(msg.content), dict(msg.content["config"]))
-    commit_state(context, client.state)
+    commit_state(context, cfg, client.state)
     return _reply(msg, payload, metrics, client.data.pid)
 
 

@@ -1,0 +1,130 @@
+"""Per-site client state in a node config's ``state-dir``, and sites with their own data,
+through the real ClientApp in process (the end-to-end SuperNode restart is in
+test_deployment.py)."""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import Context, MessageType, RecordDict
+from PIL import Image
+
+from clients.scaffold import ScaffoldClient
+from fedapp.client_app import app, commit_state, load_state, state_path
+from fedapp.config import parse_run_config
+from fedapp.local import InProcessGrid, run_local
+
+
+def site_configs(n, state_dir=None):
+    return [{"partition-id": i, "num-partitions": n, **({"state-dir": str(state_dir)} if state_dir else {})}
+            for i in range(n)]
+
+
+def restarted(msg, ctx):
+    """The ClientApp on a SuperNode restarted right before this message: its context starts empty."""
+    return app(msg, Context(ctx.run_id, ctx.node_id, dict(ctx.node_config), RecordDict(), ctx.run_config))
+
+
+def test_commit_then_load_through_a_fresh_context(tmp_path):
+    cfg = parse_run_config({"strategy": "scaffold"})
+    node = {"partition-id": 3, "state-dir": str(tmp_path / "state")}
+    state = {"control": {"w": torch.randn(3, 2), "b": torch.arange(2.0)}}
+    commit_state(Context(7, 1, node, RecordDict(), {}), cfg, state)
+    assert [p.name for p in (tmp_path / "state").iterdir()] == ["run7-scaffold-p3.pt"]  # no temporary left
+    loaded = load_state(Context(7, 1, node, RecordDict(), {}), cfg)
+    assert loaded.keys() == state.keys() and all(torch.equal(loaded["control"][k], v) for k, v in state["control"].items())
+    assert load_state(Context(8, 1, node, RecordDict(), {}), cfg) == {}  # another run starts clean
+    no_dir = Context(7, 1, {"partition-id": 3}, RecordDict(), {})
+    commit_state(no_dir, cfg, state)
+    assert state_path(no_dir, cfg) is None and load_state(no_dir, cfg).keys() == {"control"}  # memory only
+
+
+@pytest.mark.parametrize("strategy", ["scaffold", "feddyn", "fedsmoo", "fedals"])
+def test_restart_before_every_message_with_state_dir_equals_in_memory_state(strategy, small_config, tmp_path):
+    """SCAFFOLD's c_i, FedDyn's/FedSMOO's duals, FedALS's body and momentum survive restarts
+    through state-dir: the run is bit-identical to one whose nodes never restart."""
+    run_config = {**small_config, "strategy": strategy, "num-server-rounds": 3, "fraction-train": 0.5,
+                  "fraction-evaluate": 0.0, "central-eval": False}
+    steady = run_local(run_config)
+    grid = InProcessGrid(restarted, 4, run_config, site_configs(4, tmp_path / "state"))
+    restarting = run_local(run_config, grid=grid)
+    for k, v in steady.global_state.items():
+        assert torch.equal(restarting.global_state[k], v), k
+    amnesic = run_local(run_config, grid=InProcessGrid(restarted, 4, run_config, site_configs(4)))
+    assert any(not torch.equal(amnesic.global_state[k], v) for k, v in steady.global_state.items())
+
+
+def test_scaffold_control_after_restart_is_the_one_before(small_config, tmp_path):
+    run_config = {**small_config, "strategy": "scaffold", "num-server-rounds": 2, "fraction-evaluate": 0.0,
+                  "central-eval": False}
+    grid = InProcessGrid(app, 4, run_config, site_configs(4, tmp_path / "state"))
+    strategy = run_local(run_config, grid=grid)
+    cfg = parse_run_config(run_config)
+    before = {ctx.node_id: load_state(ctx, cfg)["control"] for ctx in grid.contexts.values()}
+    after = {ctx.node_id: load_state(Context(ctx.run_id, ctx.node_id, dict(ctx.node_config), RecordDict(),
+                                             ctx.run_config), cfg)["control"] for ctx in grid.contexts.values()}
+    for node, control in before.items():
+        assert all(torch.equal(after[node][k], v) for k, v in control.items())
+    # and the server's c is still the mean of the c_i read back from disk
+    for k, c in strategy.control.items():
+        assert torch.allclose(c, sum(a[k] for a in after.values()) / 4, atol=1e-6)
+
+
+@pytest.mark.parametrize("failure", ["training", "writing"])
+def test_a_failed_round_leaves_the_last_committed_state(failure, small_config, tmp_path, monkeypatch):
+    run_config = {**small_config, "strategy": "scaffold", "num-server-rounds": 1, "fraction-evaluate": 0.0,
+                  "central-eval": False}
+    grid = InProcessGrid(app, 4, run_config, site_configs(4, tmp_path / "state"))
+    strategy = run_local(run_config, grid=grid)
+    cfg = parse_run_config(run_config)
+    ctx = grid.contexts[strategy.clients[0].node_id]
+    path = state_path(ctx, cfg)
+    committed = path.read_bytes()
+
+    def crash(*args, **kwargs):
+        raise OSError("crash")
+
+    if failure == "training":  # the client has already changed its state when it fails
+        def end_fit(self, payload, config):
+            self.state["control"] = {k: v + 1 for k, v in self.client_control.items()}
+            crash()
+        monkeypatch.setattr(ScaffoldClient, "end_fit", end_fit)
+    else:  # the process dies between writing the temporary file and renaming it
+        monkeypatch.setattr(os, "replace", crash)
+    msgs = [m for m in strategy.messages(strategy.train_contents(2), MessageType.TRAIN)
+            if m.metadata.dst_node_id == ctx.node_id]
+    [reply] = grid.send_and_receive(msgs)
+    assert reply.has_error()
+    assert path.read_bytes() == committed
+    monkeypatch.undo()
+    kept = load_state(ctx, cfg)["control"]
+    reread = load_state(Context(ctx.run_id, ctx.node_id, dict(ctx.node_config), RecordDict(), {}), cfg)["control"]
+    assert all(torch.equal(reread[k], v) for k, v in kept.items())
+
+
+def image_tree(root, train_per_class, test_per_class, seed):
+    rng = np.random.default_rng(seed)
+    for split, n in (("train", train_per_class), ("test", test_per_class)):
+        for label in ("cat", "dog"):
+            (root / split / label).mkdir(parents=True, exist_ok=True)
+            for i in range(n):
+                pixels = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(root / split / label / f"{i}.png")
+    return root
+
+
+def test_sites_train_on_their_own_image_folders(tmp_path, monkeypatch):
+    """Each SuperNode's data-dir is its data: the server's discovery sees each site's own sizes."""
+    monkeypatch.setenv("FEDAPP_CACHE", str(tmp_path / "cache"))
+    server_tree = image_tree(tmp_path / "server", 2, 3, seed=0)  # the ServerApp's central test set
+    site_a = image_tree(tmp_path / "a", 5, 2, seed=1)
+    site_b = image_tree(tmp_path / "b", 8, 0, seed=2)  # no test folder: test-fraction of its own train
+    run_config = {"dataset": "imagefolder", "data-dir": str(server_tree), "partition": "iid", "model": "logreg",
+                  "num-clients": 2, "num-server-rounds": 1, "local-steps": 2, "batch-size": 4,
+                  "test-fraction": 0.25, "results-dir": str(tmp_path / "results"), "run-name": "sites"}
+    nodes = [{"partition-id": 0, "data-dir": str(site_a)}, {"partition-id": 1, "data-dir": str(site_b)}]
+    strategy = run_local(run_config, grid=InProcessGrid(app, 2, run_config, nodes))
+    assert (strategy.clients[0].num_train, strategy.clients[0].num_test) == (10, 4)
+    assert (strategy.clients[1].num_train, strategy.clients[1].num_test) == (12, 4)  # 16 images, 25% held out
+    assert strategy.history[-1]["replies"] == 2
