@@ -119,10 +119,11 @@ class PeFLL(FedStrategy):
         with torch.no_grad():
             return self.hnet(v)
 
-    def local_training(self, server_round: int, grid: Grid, v: Mapping[int, torch.Tensor]) -> list[Reply]:
+    def local_training(self, server_round: int, grid: Grid, v: Mapping[int, torch.Tensor],
+                       traffic: str = "train") -> list[Reply]:
         """Phase 2: theta_i = h(v_i) to each client (a different message each), delta_theta_i back."""
         payloads = {pid: {"theta": self.personal_model(vi)} for pid, vi in v.items()}
-        return self.round_trip(grid, server_round, payloads, "train", self.delta_spec)
+        return self.round_trip(grid, server_round, payloads, "train", self.delta_spec, traffic=traffic)
 
     def hypernetwork_vjp(self, v: torch.Tensor, delta: Tensors) -> tuple[list[torch.Tensor], torch.Tensor]:
         """(delta_eta_h, delta_v) = (d theta / d (eta_h, v))^T delta_theta at theta = h(v)."""
@@ -153,13 +154,13 @@ class PeFLL(FedStrategy):
             metrics["skipped"] = 1
             return metrics
         self.apply(self.hnet, [delta_h[p] for p in done], self.cfg.algo("lambda-h"))
-        self.apply(self.embed, [delta_e[p] for p in done], self.lambda_v())
+        self.update_embedding({p: delta_e[p] for p in done})
         losses = [r.metrics["train-loss"] for r in trained if r.pid in delta_e]
         metrics["train-loss"] = sum(losses) / len(losses)
         return metrics
 
-    def lambda_v(self) -> float:
-        return self.cfg.algo("lambda-v")
+    def update_embedding(self, deltas: Mapping[int, list[torch.Tensor]]) -> None:
+        self.apply(self.embed, deltas.values(), self.cfg.algo("lambda-v"))
 
     def apply(self, module: torch.nn.Module, deltas: Iterable[list[torch.Tensor]], lam: float) -> None:
         """eta <- (1 - 2 beta lambda) eta + mean_i delta_i, or Adam on -mean_i delta_i + 2 lambda eta."""

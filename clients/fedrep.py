@@ -1,0 +1,55 @@
+"""FedRep client: a private head on top of the shared body."""
+
+from clients.base import FedClient
+from fedapp.models import body_head_keys
+from fedapp.records import Payload
+from fedapp.training import evaluate
+
+
+class FedRepClient(FedClient):
+    """Trains its head with the body frozen, then the body with the head frozen; replies with the body.
+
+    The head lives in ``self.state["head"]``. A client without one (a new client, or one not yet
+    sampled) fits a fresh head on the frozen body before it is evaluated.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.body, self.head = body_head_keys(self.model)
+
+    def receive(self, payload: Payload, config: dict) -> None:
+        self.load_tensors(payload["body"])
+        if "head" in self.state:
+            self.load_tensors(self.state["head"])
+
+    def trainable(self, keys) -> None:
+        for name, p in self.model.named_parameters():
+            p.requires_grad_(name in keys)
+
+    def train(self, steps: int, lr: float, seed: int) -> dict[str, float]:
+        self.trainable(self.head)
+        FedClient.train(self, int(self.head_steps), lr, seed)
+        self.trainable(self.body)
+        metrics = FedClient.train(self, steps, lr, seed + 1)
+        self.trainable(self.body + self.head)
+        return metrics
+
+    def fit(self, payload: Payload, config: dict):
+        self.head_steps = config["head-steps"]
+        return super().fit(payload, config)
+
+    def end_fit(self, payload: Payload, config: dict) -> None:
+        self.state["head"] = {k: v for k, v in self.model_tensors().items() if k in self.head}
+
+    def reply(self, payload: Payload, config: dict) -> Payload:
+        return {"body": {k: v for k, v in self.model_tensors().items() if k in self.body}}
+
+    def evaluate(self, payload: Payload, config: dict) -> dict[str, float]:
+        self.receive(payload, config)
+        if "head" not in self.state:  # a new client: fit a fresh head on the frozen body
+            self.trainable(self.head)
+            seed = (self.cfg.seed * 1_000_003 + int(config["server-round"])) * 10_007 + self.data.pid
+            FedClient.train(self, int(config["head-steps"]), float(config["lr"]), seed)
+            self.trainable(self.body + self.head)
+        d = self.data
+        return evaluate(self.model, d.test_x, d.test_y, mean=d.mean, std=d.std, device=self.device)

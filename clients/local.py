@@ -1,0 +1,18 @@
+"""Local client: trains its own model, which never leaves it."""
+
+from clients.base import FedClient
+from fedapp.records import Payload
+
+
+class LocalClient(FedClient):
+    """Keeps its model in ``self.state["model"]``; sends nothing back but its metrics."""
+
+    def receive(self, payload: Payload, config: dict) -> None:
+        if "model" in self.state:  # else: the seeded initial model, as every method starts from
+            self.load_tensors(self.state["model"])
+
+    def end_fit(self, payload: Payload, config: dict) -> None:
+        self.state["model"] = self.model_tensors()
+
+    def reply(self, payload: Payload, config: dict) -> Payload:
+        return {}

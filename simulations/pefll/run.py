@@ -1,0 +1,83 @@
+"""Run PeFLL's Table 1 experiments (a TOML file of methods) in process and tabulate seen/unseen accuracy.
+
+    nice -n 10 python simulations/pefll/run.py simulations/pefll/cifar10-100c-2cls-cpu.toml
+    python simulations/pefll/run.py simulations/pefll/cifar10-100c-2cls-cpu.toml --methods pefll fedavg
+    python simulations/pefll/run.py simulations/pefll/cifar10-100c-2cls-cpu.toml --table
+
+A TOML file holds ``[base]`` (the run config all methods share) and one ``[methods.<name>]`` table
+per method (its own keys). Each run writes results/pefll/<file stem>/<method>/rounds.json; the last
+round of each run goes to summary.json next to them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from fedapp.local import run_local  # noqa: E402
+
+KEYS = ("fed-seen-accuracy", "fed-unseen-accuracy", "fed-accuracy", "fed-seen-acc-client-std",
+        "fed-unseen-acc-client-std", "fed-seen-acc-client-min", "fed-unseen-acc-client-min")
+
+
+def run_all(spec: dict, out: Path, methods: list[str] | None) -> None:
+    summary_file = out / "summary.json"
+    summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
+    for method, keys in spec["methods"].items():
+        if methods and method not in methods:
+            continue
+        config = {**spec["base"], **keys, "results-dir": str(out), "run-name": method}
+        t0 = time.time()
+        strategy = run_local(config)
+        rounds = [r for r in strategy.history if r["round"] > 0]
+        last = rounds[-1]
+        summary[method] = {
+            **{k: last[k] for k in KEYS if k in last}, "steps": last["round"], "seconds": time.time() - t0,
+            "train-seconds-per-step": sum(r["train-seconds"] for r in rounds) / len(rounds),
+            "train-bytes-per-step": (last["total-train-bytes-down"] + last["total-train-bytes-up"]) / len(rounds),
+            "sampled-per-step": sum(r.get("replies", 0) for r in rounds) / len(rounds),
+        }
+        print(method, json.dumps(summary[method]), flush=True)
+        summary_file.write_text(json.dumps(summary, indent=1))
+
+
+def table(out: Path) -> str:
+    summary = json.loads((out / "summary.json").read_text())
+    lines = ["| method | steps | seen acc | unseen acc | seen client std | unseen client std | "
+             "MB / step | s / step |", "|---|---|---|---|---|---|---|---|"]
+    for method, r in summary.items():
+        lines.append(f"| {method} | {r['steps']} | {100 * r['fed-seen-accuracy']:.1f} | "
+                     f"{100 * r['fed-unseen-accuracy']:.1f} | {100 * r['fed-seen-acc-client-std']:.1f} | "
+                     f"{100 * r['fed-unseen-acc-client-std']:.1f} | {r['train-bytes-per-step'] / 1e6:.2f} | "
+                     f"{r['train-seconds-per-step']:.2f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("spec", type=Path)
+    parser.add_argument("--methods", nargs="*")
+    parser.add_argument("--table", action="store_true", help="print the markdown table of summary.json")
+    args = parser.parse_args()
+    out = ROOT / "results" / "pefll" / args.spec.stem
+    if args.table:
+        print(table(out))
+        return
+    torch.set_num_threads(1)
+    with open(args.spec, "rb") as f:
+        spec = tomllib.load(f)
+    out.mkdir(parents=True, exist_ok=True)
+    run_all(spec, out, args.methods)
+
+
+if __name__ == "__main__":
+    main()

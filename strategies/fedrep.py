@@ -1,0 +1,56 @@
+"""FedRep: a shared body averaged on the server, a private head on every client."""
+
+from typing import Any
+
+from clients.fedrep import FedRepClient
+from fedapp.config import Key
+from fedapp.experiment import round_lr
+from fedapp.models import body_head_keys
+from strategies.base import FedStrategy, spec_of, weighted_mean
+
+
+class FedRep(FedStrategy):
+    """FedRep (Collins, Hassani, Mokhtari, Shakkottai, "Exploiting Shared Representations for
+    Personalized Federated Learning", ICML 2021).
+
+    Client i: h_i <- ``head-steps`` SGD steps on the head with the body phi_t frozen, then
+    phi_i <- K steps on the body with h_i frozen; server: phi_{t+1} = sum_i n_i phi_i / sum_i n_i.
+    The head is the last layer. A new client fits a fresh head on the frozen body before it is evaluated.
+    """
+
+    config_prefix = "fedrep"
+    config_keys = (Key("head-steps", int, 50, "SGD steps on the private head (body frozen) per round.", low=1),)
+
+    def __init__(self, cfg, model, dataset=None):
+        super().__init__(cfg, model, dataset)
+        self.body, _ = body_head_keys(model)
+
+    def body_state(self):
+        return {k: self.global_state[k] for k in self.body}
+
+    def train_payload(self, pid, server_round):
+        return {"body": self.body_state()}
+
+    def train_config(self, pid, server_round) -> dict[str, Any]:
+        return {**super().train_config(pid, server_round), "head-steps": self.cfg.algo("head-steps")}
+
+    def reply_spec(self, pid, server_round):
+        return spec_of({"body": self.body_state()})
+
+    def aggregate(self, server_round, replies) -> None:
+        body = weighted_mean([r.payload["body"] for r in replies], [r.num_examples for r in replies])
+        self.global_state = {**self.global_state, **body}
+
+    def eval_payload(self, pid, server_round):
+        return {"body": self.body_state()}
+
+    def evaluate_contents(self, server_round, config=None):
+        # a new client fits its head at evaluation with the run's lr and head-steps
+        return super().evaluate_contents(server_round, {**dict(config or {}), "lr": round_lr(self.cfg, server_round),
+                                                        "head-steps": self.cfg.algo("head-steps")})
+
+    def central_state(self) -> None:
+        return None  # the body alone is no classifier
+
+
+ALGORITHMS = {"fedrep": (FedRep, FedRepClient)}

@@ -1,0 +1,34 @@
+"""Local: every client trains alone (PeFLL's Table 1 baseline)."""
+
+from clients.local import LocalClient
+from strategies.base import FedStrategy
+
+
+class Local(FedStrategy):
+    """Local learning: w_i^{t+1} = w_i^{t,K}, K local SGD steps on client i's own data; no
+    model is exchanged. Nothing is shared, so a new client is no different from a seen one:
+    every client, new ones included, is in the training pool and trains alone when sampled.
+    """
+
+    config_prefix = "local"
+
+    def train_pool(self) -> list[int]:
+        return sorted(self.clients)
+
+    def train_payload(self, pid, server_round):
+        return {}
+
+    def reply_spec(self, pid, server_round):
+        return {}
+
+    def aggregate(self, server_round, replies) -> None:
+        """Nothing to aggregate: each model stays on its client."""
+
+    def eval_payload(self, pid, server_round):
+        return {}
+
+    def central_state(self) -> None:
+        return None
+
+
+ALGORITHMS = {"local": (Local, LocalClient)}

@@ -1,0 +1,85 @@
+"""PeFLL's Table 1 baselines: Local, FedRep and pFedHN, checked by hand on tiny image data."""
+
+import torch
+
+from clients.fedavg import FedAvgClient
+from clients.pefll import PeFLLClient
+from fedapp.config import parse_run_config
+from fedapp.experiment import client_data, dataset, model_for
+from fedapp.models import body_head_keys
+from strategies.base import weighted_mean
+from strategies.pfedhn import PFedHN
+from tests.test_pefll import image_config, run_recorded  # noqa: F401  (fixture)
+
+
+def test_local_clients_train_alone_and_send_nothing(image_config):
+    run_config = {**image_config, "strategy": "local", "fraction-train": 1.0, "local-steps": 3,
+                  "fraction-evaluate": 1.0}
+    strategy, grid = run_recorded(run_config)
+    cfg = parse_run_config(run_config)
+    row = strategy.history[-1]
+    assert row["replies"] == 6 and row["train-params-down"] == row["train-params-up"] == 0
+    client = FedAvgClient(cfg, model_for(cfg), client_data(cfg, 2))  # the same training, without Flower
+    expected, _ = client.fit({"arrays": model_for(cfg).state_dict()}, {"server-round": 1, "lr": cfg.lr})
+    kept = grid.contexts[103].state["state.model"]
+    for k, v in expected["arrays"].items():
+        torch.testing.assert_close(torch.from_numpy(kept[k].numpy()), v)
+    assert 0 <= row["fed-unseen-accuracy"] <= 1 and "fed-seen-acc-client-std" in row
+
+
+def test_fedrep_averages_bodies_and_keeps_heads(image_config):
+    run_config = {**image_config, "strategy": "fedrep", "fraction-train": 1.0, "local-steps": 2,
+                  "fedrep.head-steps": 2, "fraction-evaluate": 1.0}
+    strategy, grid = run_recorded(run_config)
+    cfg = parse_run_config(run_config)
+    body, head = body_head_keys(strategy.model)
+    assert head == ["fc.weight", "fc.bias"]
+    seen = [p for p in range(6) if p not in strategy.unseen]
+    bodies, weights = [], []
+    for pid in seen:  # head steps with the body frozen, then body steps with the head frozen
+        from clients.fedrep import FedRepClient
+
+        c = FedRepClient(cfg, model_for(cfg), client_data(cfg, pid))
+        init = model_for(cfg).state_dict()
+        out, m = c.fit({"body": {k: init[k] for k in body}}, {"server-round": 1, "lr": cfg.lr, "head-steps": 2})
+        assert not torch.equal(c.state["head"]["fc.weight"], init["fc.weight"])
+        bodies.append(out["body"])
+        weights.append(m["num-examples"])
+        assert torch.equal(torch.from_numpy(grid.contexts[101 + pid].state["state.head"]["fc.weight"].numpy()),
+                           c.state["head"]["fc.weight"])
+    for k, v in weighted_mean(bodies, weights).items():
+        torch.testing.assert_close(strategy.global_state[k], v)
+    row = strategy.history[-1]
+    n_body = sum(strategy.global_state[k].numel() for k in body)
+    assert row["train-params-down"] == row["train-params-up"] == len(seen) * n_body
+    assert all("state.head" not in grid.contexts[101 + p].state.array_records for p in strategy.unseen)
+    assert 0 <= row["fed-unseen-accuracy"] <= 1
+
+
+def test_pfedhn_step_is_the_vjp_of_each_clients_delta(image_config):
+    run_config = {**image_config, "strategy": "pfedhn", "pfedhn.k": 3, "pfedhn.beta": 0.05,
+                  "pfedhn.new-client-rounds": 2, "fraction-evaluate": 1.0}
+    strategy, grid = run_recorded(run_config)
+    cfg = parse_run_config(run_config)
+    ref = PFedHN(cfg, model_for(cfg), dataset(cfg))
+    sampled = sorted({n - 101 for n, m, p, _ in grid.sent if m == "train"} - {p for p in strategy.unseen})
+    assert len(sampled) == 3
+    surrogate = 0.0
+    for pid in sampled:
+        theta = ref.hnet(ref.embed.weight[pid])
+        client = PeFLLClient(cfg, model_for(cfg), client_data(cfg, pid))
+        delta, _ = client.phase_train({"theta": {k: t.detach() for k, t in theta.items()}},
+                                      {"server-round": 1, "local-steps": 3, "lr": 0.05})
+        surrogate = surrogate + sum((theta[k] * delta["delta"][k]).sum() for k in theta) / len(sampled)
+        grad_e = torch.autograd.grad(sum((theta[k] * delta["delta"][k]).sum() for k in theta), ref.embed.weight,
+                                     retain_graph=True)[0][pid]
+        torch.testing.assert_close(strategy.embed.weight[pid].detach(), ref.embed.weight[pid].detach() + grad_e)
+    grads = torch.autograd.grad(surrogate, list(ref.hnet.parameters()))
+    for p, new, g in zip(ref.hnet.parameters(), strategy.hnet.parameters(), grads):
+        torch.testing.assert_close(new.detach(), (1 - 2 * 0.05 * 1e-3) * p.detach() + g, rtol=1e-4, atol=1e-6)
+    untouched = [p for p in range(6) if p not in sampled]
+    assert torch.equal(strategy.embed.weight[untouched], ref.embed.weight[untouched])
+    # each new client fits its embedding over new-client-rounds round trips, then evaluates
+    for pid in strategy.unseen:
+        assert [m for n, m, p, _ in grid.sent if n == 101 + pid] == ["query", "train", "train", "evaluate"]
+    assert 0 <= strategy.history[-1]["fed-unseen-accuracy"] <= 1
