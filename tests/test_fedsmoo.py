@@ -151,7 +151,7 @@ def test_client_duals_persist_across_rounds_and_for_unsampled_clients(small_conf
         assert all(m["fc.weight"].abs().sum() > 0 for m in mus if m is not None)
 
 
-@pytest.mark.parametrize("algo", ["fedsmoo", "scaffold", "fedcm"])
+@pytest.mark.parametrize("algo", ["fedsmoo", "fedcm"])  # SCAFFOLD: tests/test_scaffold.py
 def test_bytes_per_round_from_the_records(small_config, algo):
     run_config = {**small_config, "num-server-rounds": 1, "fraction-evaluate": 0.0}
     other = run_local({**run_config, "strategy": algo}).history[-1]
