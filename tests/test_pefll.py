@@ -144,3 +144,32 @@ def test_client_missing_in_a_phase_is_dropped(image_config, monkeypatch):
     assert any("gone" in r for r in row["dropped-reasons"])
     moved = [not torch.allclose(a, b) for a, b in zip(dropped.hnet.parameters(), strategy.hnet.parameters())]
     assert any(moved)  # the step went on with the two others, and differs from the full step
+
+
+def test_label_and_unlabeled_descriptors(image_config):
+    """label: a linear function of the label histogram only; unlabeled: of the images only."""
+    x = torch.randn(10, 1, 28, 28)
+    y = torch.tensor([0, 1, 1, 2, 3, 3, 3, 0, 1, 2])
+    for kind, same, differs in (("label", (torch.randn_like(x), y), (x, y.roll(1) * 0)),
+                                ("unlabeled", (x, y.flip(0) * 0), (x + 1, y))):
+        cfg = parse_run_config({**image_config, "pefll.embedding": kind})
+        phi = PeFLL(cfg, model_for(cfg), dataset(cfg)).embed
+        with torch.no_grad():
+            v = descriptor(phi, x, y)
+            torch.testing.assert_close(descriptor(phi, *same), v)
+            assert not torch.allclose(descriptor(phi, *differs), v), kind
+        if kind == "label":
+            hist = torch.bincount(y, minlength=4).float() / len(y)
+            torch.testing.assert_close(v, phi.fc.weight.detach() @ hist + phi.fc.bias.detach())
+
+
+def test_adam_variant_steps_by_server_lr(image_config):
+    """The public code's variant: Adam on -mean(delta) + 2 lambda eta; its first step is lr * g / (|g| + eps)."""
+    cfg = parse_run_config({**image_config, "pefll.server-opt": "adam", "pefll.server-lr": 1e-3})
+    strategy = PeFLL(cfg, model_for(cfg), dataset(cfg))
+    before = [p.detach().clone() for p in strategy.embed.parameters()]
+    deltas = [[torch.randn_like(p) for p in before] for _ in range(3)]
+    strategy.update_embedding(dict(enumerate(deltas)))
+    for p, b, *ds in zip(strategy.embed.parameters(), before, *deltas):
+        grad = -torch.stack(ds).mean(0) + 2 * 1e-3 * b
+        torch.testing.assert_close(p.detach(), b - 1e-3 * grad / (grad.abs() + 1e-8), rtol=0, atol=1e-7)

@@ -6,7 +6,7 @@
 
 A TOML file holds ``[base]`` (the run config all methods share) and one ``[methods.<name>]`` table
 per method (its own keys). Each run writes results/pefll/<file stem>/<method>/rounds.json; the last
-round of each run goes to summary.json next to them.
+round of each run goes to <method>/summary.json.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ KEYS = ("fed-seen-accuracy", "fed-unseen-accuracy", "fed-accuracy", "fed-seen-ac
 
 
 def run_all(spec: dict, out: Path, methods: list[str] | None) -> None:
-    summary_file = out / "summary.json"
-    summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
+    """Run the methods one after the other; each one's last round goes to <method>/summary.json
+    (one file per method, so that several runners may share ``out``)."""
     for method, keys in spec["methods"].items():
         if methods and method not in methods:
             continue
@@ -40,18 +40,18 @@ def run_all(spec: dict, out: Path, methods: list[str] | None) -> None:
         strategy = run_local(config)
         rounds = [r for r in strategy.history if r["round"] > 0]
         last = rounds[-1]
-        summary[method] = {
+        summary = {
             **{k: last[k] for k in KEYS if k in last}, "steps": last["round"], "seconds": time.time() - t0,
             "train-seconds-per-step": sum(r["train-seconds"] for r in rounds) / len(rounds),
             "train-bytes-per-step": (last["total-train-bytes-down"] + last["total-train-bytes-up"]) / len(rounds),
             "sampled-per-step": sum(r.get("replies", 0) for r in rounds) / len(rounds),
         }
-        print(method, json.dumps(summary[method]), flush=True)
-        summary_file.write_text(json.dumps(summary, indent=1))
+        print(method, json.dumps(summary), flush=True)
+        (out / method / "summary.json").write_text(json.dumps(summary, indent=1))
 
 
 def table(out: Path) -> str:
-    summary = json.loads((out / "summary.json").read_text())
+    summary = {f.parent.name: json.loads(f.read_text()) for f in sorted(out.glob("*/summary.json"))}
     lines = ["| method | steps | seen acc | unseen acc | seen client std | unseen client std | "
              "MB / step | s / step |", "|---|---|---|---|---|---|---|---|"]
     for method, r in summary.items():
