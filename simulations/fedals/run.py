@@ -3,6 +3,10 @@
     nice -n 10 python simulations/fedals/run.py simulations/fedals/cpu-cifar10-lenet.toml
     nice -n 10 python simulations/fedals/run.py simulations/fedals/table2-cifar10-noniid.toml \
         --methods fedals --sweep fedals.alpha=1,5,10,25,50,100
+    python simulations/fedals/run.py simulations/fedals/cpu-cifar10-lenet.toml --table   # markdown
+
+``--table`` reads every run's rounds.json (also of runs still going or stopped) and compares them
+up to the last evaluated round that all of them completed.
 
 The TOML file is a plain run config (the same file works with ``flwr run . --run-config FILE``);
 each method below overrides its strategy keys. Results go to results/fedals/<file stem>/<run>/,
@@ -51,13 +55,32 @@ def summarize(history: list[dict], num_clients: int) -> dict:
             "eval-bytes": last.get("total-eval-bytes-down", 0) + last.get("total-eval-bytes-up", 0)}
 
 
+def table(out: Path) -> str:
+    runs = {p.parent.name: json.loads(p.read_text()) for p in sorted(out.glob("*/rounds.json"))}
+    upto = min(max(r["round"] for r in doc["rounds"] if "central-accuracy" in r) for doc in runs.values())
+    if upto == 0:
+        return "No run has been evaluated after training yet."
+    lines = [f"Up to round {upto}.", "",
+             "| run | rounds | acc. last 5 evals | last acc. | params sent per client | train MB | eval MB |",
+             "|---|---|---|---|---|---|---|"]
+    for name, doc in runs.items():
+        r = summarize([row for row in doc["rounds"] if row["round"] <= upto], doc["config"]["num-clients"])
+        lines.append(f"| {name} | {r['rounds']} | {r['acc-last5']:.4f} | {r['acc-last']:.4f} | "
+                     f"{r['train-params-per-client'] / 1e6:.3f}M | {r['train-bytes'] / 1e6:.1f} | {r['eval-bytes'] / 1e6:.1f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("config", type=Path)
     ap.add_argument("--methods", nargs="+", default=["fedavg", "fedals", "fedals-scaffold"], choices=METHODS)
     ap.add_argument("--sweep", default="", help="KEY=V1,V2,...: one run per value (e.g. fedals.alpha=1,10)")
     ap.add_argument("--set", nargs="*", default=[], help="KEY=VALUE overrides (TOML values)")
+    ap.add_argument("--table", action="store_true", help="print the markdown comparison of the runs and stop")
     args = ap.parse_args()
+    if args.table:
+        print(table(ROOT / "results" / "fedals" / args.config.stem))
+        return
     torch.set_num_threads(1)
     base = flat(tomllib.loads(args.config.read_text()))
     base.update(flat(tomllib.loads("\n".join(args.set))))
