@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from clients.feddyn import FedDynClient
 from fedapp.config import Key
-from strategies.base import FedStrategy, weighted_mean
+from strategies.base import FedStrategy
 
 BETA = Key("beta", float, 10.0, "Dynamic-regulariser penalty beta (FedDyn's alpha = 1/beta).", low=0.0, low_open=True)
 
@@ -39,9 +39,10 @@ class FedDyn(FedStrategy):
 
     def aggregate(self, server_round, replies):
         self.update_dual(replies)
-        mean = weighted_mean([r.payload["arrays"] for r in replies], [1.0] * len(replies))
+        super().aggregate(server_round, replies)  # unweighted mean of the w_i
         beta = self.cfg.algo("beta")
-        self.global_state = {k: v - beta * self.dual[k] if k in self.dual else v for k, v in mean.items()}
+        self.global_state = {k: v - beta * self.dual[k] if k in self.dual else v
+                             for k, v in self.global_state.items()}
 
 
 ALGORITHMS = {"feddyn": (FedDyn, FedDynClient)}

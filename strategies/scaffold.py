@@ -5,7 +5,7 @@ from __future__ import annotations
 from clients.scaffold import ScaffoldClient
 from fedapp.config import Key
 from fedapp.records import Tensors
-from strategies.base import FedStrategy, Reply, spec_of, weighted_mean
+from strategies.base import FedStrategy, Reply, spec_of
 
 
 class Scaffold(FedStrategy):
@@ -42,10 +42,11 @@ class Scaffold(FedStrategy):
                         for k, c in self.control.items()}
 
     def aggregate(self, server_round, replies):
-        mean = weighted_mean([r.payload["arrays"] for r in replies], [1.0] * len(replies))
+        old = self.global_state
+        super().aggregate(server_round, replies)  # unweighted mean of the y_i
         eta = self.cfg.algo("server-lr")
-        self.global_state = {k: (x + eta * (mean[k] - x)) if x.is_floating_point() else mean[k]
-                             for k, x in self.global_state.items()}
+        self.global_state = {k: (old[k] + eta * (y - old[k])) if y.is_floating_point() else y
+                             for k, y in self.global_state.items()}
         self.update_control(replies)
 
 
