@@ -308,9 +308,11 @@ class FedStrategy(Strategy):
         out = {}
         for name, tensors in payload.items():
             if id(tensors) not in cache:
-                cache[id(tensors)] = (tensors if isinstance(tensors, ArrayRecord)
+                # the cache keeps the object alive: a payload built per client (a fresh dict) must not
+                # free its id for the next client's dict, which would then hit this entry
+                cache[id(tensors)] = (tensors, tensors if isinstance(tensors, ArrayRecord)
                                       else ArrayRecord({k: v.detach().cpu() for k, v in tensors.items()}))
-            out[name] = cache[id(tensors)]
+            out[name] = cache[id(tensors)][1]
         return out
 
     def train_contents(self, server_round: int, config: Mapping | None = None) -> dict[int, RecordDict]:

@@ -130,3 +130,16 @@ def test_baselines_run_end_to_end(small_config, strategy):
     row = run.history[-1]
     assert row["replies"] == 4 and row["dropped-replies"] == 0
     assert 0.3 < row["fed-accuracy"] <= 1
+
+
+def test_payloads_built_per_client_reach_their_own_client(small_config):
+    # IFCA builds each client's evaluation model afresh; the records cache must not hand one client's
+    # model to the next (a freed dict's id can be reused by the next one)
+    run_config = {**small_config, "strategy": "ifca", "num-server-rounds": 1}
+    strategy = run_local(run_config)
+    strategy.choices = {0: [0], 1: [1], 2: [2], 3: [0, 1]}
+    contents = strategy.evaluate_contents(1)
+    biases = {pid: c["arrays"]["fc.bias"].numpy() for pid, c in contents.items()}
+    for pid, chosen in strategy.choices.items():
+        expected = sum(strategy.cluster_models[j]["fc.bias"] for j in chosen) / len(chosen)
+        assert torch.allclose(torch.from_numpy(biases[pid]), expected, atol=1e-6)

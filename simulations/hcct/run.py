@@ -24,7 +24,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from fedapp.local import run_local  # noqa: E402
+from fedapp.client_app import app, make_client  # noqa: E402
+from fedapp.config import parse_run_config  # noqa: E402
+from fedapp.local import InProcessGrid, run_local  # noqa: E402
 
 KEYS = ("fed-accuracy", "fed-acc-client-mean", "fed-acc-client-std", "fed-acc-client-min", "fed-acc-client-max")
 
@@ -39,13 +41,26 @@ def run_all(spec: dict, out: Path, methods: list[str] | None, seeds: list[int] |
                 continue
             config = {**spec["base"], **keys, "seed": seed, "results-dir": str(out), "run-name": f"{method}-s{seed}"}
             t0 = time.time()
-            strategy = run_local(config)
+            grid = InProcessGrid(app, config["num-clients"], config)
+            strategy = run_local(config, grid=grid)
             last = strategy.history[-1]
             row = {"method": method, "seed": seed, "seconds": time.time() - t0,
-                   **{k: last[k] for k in KEYS if k in last}, "groups": last.get("groups")}
+                   **{k: last[k] for k in KEYS if k in last}, "groups": last.get("groups"),
+                   "client-accuracy": client_accuracies(strategy, grid, last["round"])}
             print(json.dumps(row), flush=True)
             summary.append(row)
             summary_file.write_text(json.dumps(summary, indent=1))
+
+
+def client_accuracies(strategy, grid: InProcessGrid, server_round: int) -> dict[int, float]:
+    """Each client's local test accuracy with the model it ends with (its own saved state included)."""
+    cfg = parse_run_config(grid.run_config)
+    out = {}
+    for pid, info in sorted(strategy.clients.items()):
+        client = make_client(cfg, grid.contexts[info.node_id])
+        payload = strategy.eval_payload(pid, server_round)
+        out[pid] = client.evaluate(payload, {"server-round": server_round, "partition-id": pid})["accuracy"]
+    return out
 
 
 def table(out: Path, spec: dict) -> str:
@@ -65,6 +80,22 @@ def table(out: Path, spec: dict) -> str:
     return "\n".join(lines)
 
 
+def client_table(out: Path, spec: dict) -> str:
+    """Local test error (%) of every client per method (Table II form), first seed run."""
+    rows = [r for r in json.loads((out / "summary.json").read_text()) if "client-accuracy" in r]
+    pids = sorted({int(p) for r in rows for p in r["client-accuracy"]})
+    lines = ["| method | groups | " + " | ".join(f"client {p + 1}" for p in pids) + " | mean |",
+             "|---|---|" + "---|" * (len(pids) + 1)]
+    for method in spec["methods"]:
+        r = next((r for r in rows if r["method"] == method), None)
+        if r is None:
+            continue
+        errs = [100 * (1 - r["client-accuracy"][str(p)]) for p in pids]
+        groups = "".join("{" + ",".join(str(p + 1) for p in g) + "}" for g in r["groups"])
+        lines.append(f"| {method} | {groups} | " + " | ".join(f"{e:.2f}" for e in errs) + f" | {np.mean(errs):.2f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", type=Path)
@@ -77,6 +108,8 @@ def main() -> None:
     out = args.out or Path(__file__).parent / "results" / args.config.stem
     if args.table:
         print(table(out, spec))
+        print()
+        print(client_table(out, spec))
         return
     torch.set_num_threads(1)
     logging.getLogger("flwr").setLevel(logging.WARNING)
