@@ -14,6 +14,7 @@ reads it back at its next message.
 from __future__ import annotations
 
 import io
+import sys
 from pathlib import Path
 
 import torch
@@ -90,8 +91,21 @@ def cached_client_data(cfg: RunConfig, pid: int, data_dir: str | None) -> Client
     return _DATA[key, pid, data_dir]
 
 
+def set_threads(cfg: RunConfig) -> None:
+    """Torch intra-op threads: ``num-threads``, or the CPUs Ray gave this simulated client, so
+    that parallel workers do not oversubscribe the cores (each spinning thread pool slows all
+    of them). Outside Ray, torch's default: a SuperNode has its machine to itself."""
+    n = cfg.num_threads
+    ray = sys.modules.get("ray")
+    if not n and ray is not None and ray.is_initialized():
+        n = max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)))
+    if n and torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+
+
 def make_client(cfg: RunConfig, context: Context):
     """The configured client for this node: its data, a fresh model, its saved state."""
+    set_threads(cfg)
     pid = partition_id(context)
     data_dir = context.node_config.get("data-dir") or None
     data = cached_client_data(cfg, pid, data_dir)
