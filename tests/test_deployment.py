@@ -1,0 +1,254 @@
+"""A federation of sites on loopback, deployed as across real sites (docs/deployment.md):
+a SuperLink with TLS and SuperNode authentication, two registered SuperNodes (sites A and
+B, simulated partitions 0 and 1, each with a state-dir), runs submitted with `flwr run`
+through a named connection and switched between strategies only by --run-config.
+
+Every process a test starts (and what those start: SuperExec, ServerApp, ClientApps) is
+stopped at the end, also when a test fails.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+from flwr.common.config import parse_config_args
+
+from fedapp.client_app import app, load_state
+from fedapp.config import parse_run_config
+from fedapp.local import InProcessGrid, run_local
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+# seed 10 samples partition 0, 1, 0 in rounds 1-3 (one client a round): site A sits out round 2
+BASE = ("num-clients=2 num-server-rounds=3 fraction-train=0.5 fraction-evaluate=0.0 local-steps=3 "
+        "batch-size=16 seed=10 node-wait-timeout=120 round-timeout=120")
+SITES = {"site-a": 0, "site-b": 1}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (the SuperLink's SuperExec runs in a session of its own)."""
+    children = defaultdict(list)
+    for line in subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout.splitlines():
+        p, pp = map(int, line.split())
+        children[pp].append(p)
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo += children[p]
+    return tree
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def signal_all(pids, sig) -> None:
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except ProcessLookupError:
+            pass
+
+
+class Federation:
+    """The processes of one federation, their logs, and the `flwr` CLI pointed at it."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.creds = root / "creds"
+        self.port = free_port()
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.cli_env = self.env(root / "cli")
+        (root / "cli" / "config.toml").write_text(
+            f'[superlink]\ndefault = "sites"\n\n[superlink.sites]\naddress = "127.0.0.1:{self.port}"\n'
+            f'root-certificates = "{self.creds / "ca.crt"}"\n')
+
+    @staticmethod
+    def env(home: Path) -> dict:
+        home.mkdir(parents=True, exist_ok=True)
+        return {**os.environ, "FLWR_HOME": str(home), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+                "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
+                "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "OMP_NUM_THREADS": "1"}
+
+    def start(self, name: str, args: list[str]) -> subprocess.Popen:
+        """Start ``args`` in ``root/name`` (its cwd and FLWR_HOME), logging to ``root/name.log``."""
+        with open(self.root / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(args, cwd=self.root / name, env=self.env(self.root / name), stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def log(self, name: str) -> str:
+        return (self.root / f"{name}.log").read_text(errors="replace")
+
+    def stop(self, name: str, grace: float = 20.0) -> None:
+        """SIGTERM (a SuperNode then leaves the federation) and, after ``grace`` s, SIGKILL."""
+        proc = self.procs.pop(name)
+        tree = process_tree(proc.pid) if proc.poll() is None else []  # an exited pid may be reused
+        signal_all(tree, signal.SIGTERM)
+        deadline = time.time() + grace
+        while time.time() < deadline and any(alive(p) for p in tree):
+            proc.poll()
+            time.sleep(0.2)
+        signal_all([p for p in tree if alive(p)], signal.SIGKILL)
+        try:  # leftovers in its process group, e.g. the SuperExec of a SuperNode that was refused
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+    def supernode(self, site: str, extra: list[str] = (), ca: bool = True) -> subprocess.Popen:
+        pid = SITES.get(site, len(SITES))
+        node_config = f"partition-id={pid} num-partitions=2 state-dir='{self.root / 'state' / site}'"
+        return self.start(site, [
+            "flower-supernode", "--superlink", f"127.0.0.1:{self.port}",
+            "--auth-supernode-private-key", str(self.creds / site), "--port", str(free_port()),
+            "--node-config", node_config, *(["--root-certificates", str(self.creds / "ca.crt")] if ca else []),
+            *extra])
+
+    def wait_for(self, name: str, text: str, count: int = 1, timeout: float = 120.0) -> None:
+        """Until ``name``'s log (appended to across restarts) holds ``text`` ``count`` times."""
+        deadline = time.time() + timeout
+        while self.log(name).count(text) < count:
+            assert time.time() < deadline, f"{name} did not log {text!r}:\n{self.log(name)[-3000:]}"
+            assert self.procs[name].poll() is None, f"{name} exited:\n{self.log(name)[-3000:]}"
+            time.sleep(0.2)
+
+    def flwr(self, *args: str) -> dict:
+        out = subprocess.run(["flwr", *args, "--format", "json"], env=self.cli_env, cwd=self.root, text=True,
+                             capture_output=True, timeout=180)
+        try:
+            return json.loads(out.stdout)
+        except ValueError:
+            raise AssertionError(f"flwr {' '.join(args)}:\n{out.stdout}\n{out.stderr}") from None
+
+    def submit(self, run_config: str) -> str:
+        return self.flwr("run", str(ROOT), "sites", "--run-config", run_config)["run-id"]
+
+    def wait_finished(self, run_id: str, timeout: float = 300.0) -> dict:
+        deadline = time.time() + timeout
+        while not (status := self.flwr("ls", "sites", "--run-id", run_id)["runs"][0])["status"].startswith("finished"):
+            assert time.time() < deadline, f"run {run_id} still {status['status']}:\n{self.log('superlink')[-3000:]}"
+            time.sleep(2.0)
+        return status
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory):
+    fed = Federation(tmp_path_factory.mktemp("federation"))
+    try:
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "make_credentials.py"), str(fed.creds),
+                        "site-a", "site-b", "site-c", "site-d"], check=True, capture_output=True)
+        fed.start("superlink", [
+            "flower-superlink", "--ssl-ca-certfile", str(fed.creds / "ca.crt"),
+            "--ssl-certfile", str(fed.creds / "server.pem"), "--ssl-keyfile", str(fed.creds / "server.key"),
+            "--enable-supernode-auth", "--host", "127.0.0.1", "--port", str(fed.port)])
+        fed.wait_for("superlink", "Uvicorn running on https://")
+        # site-d is never registered; site-c is, but will lack the CA certificate
+        sites = ("site-a", "site-b", "site-c")
+        with ThreadPoolExecutor(len(sites)) as pool:
+            ids = pool.map(lambda site: fed.flwr("supernode", "register", str(fed.creds / f"{site}.pub"), "sites"), sites)
+        fed.node_ids = {site: out["node-id"] for site, out in zip(sites, ids)}
+        for site in SITES:
+            fed.supernode(site)
+        for site in SITES:
+            fed.wait_for(site, "SuperNode ID:")
+        yield fed
+    finally:
+        for name in list(fed.procs):
+            fed.stop(name)
+
+
+def rounds(path: Path) -> list[dict]:
+    try:
+        return json.loads(path.read_text())["rounds"]
+    except FileNotFoundError:
+        return []
+
+
+def test_fedavg_run_completes_on_the_registered_sites(federation, tmp_path):
+    run_id = federation.submit(f"{BASE} strategy='fedavg' num-server-rounds=1 results-dir='{tmp_path}' "
+                               "run-name='fedavg'")
+    assert federation.wait_finished(run_id)["status"] == "finished:completed"
+    rows = rounds(tmp_path / "fedavg" / "rounds.json")
+    assert [r["round"] for r in rows] == [0, 1]
+    assert rows[1]["replies"] == 1 and rows[1]["dropped-replies"] == 0 and rows[1]["train-loss"] > 0
+    assert (federation.root / "state" / "site-a" / f"run{run_id}-fedavg-p0.pt").exists()
+
+
+def test_scaffold_run_keeps_client_state_across_a_supernode_restart(federation, tmp_path):
+    """Site A trains in rounds 1 and 3 and is restarted in between. Site B, which trains
+    round 2, is frozen meanwhile: round 3 cannot start, and address A, before A is back.
+    A's control variate comes back from its state-dir: the run equals an in-process run
+    whose clients never restart, round by round and in both sites' final control variates."""
+    run_config = f"{BASE} strategy='scaffold' results-dir='{tmp_path}' run-name='scaffold'"
+    run_id = federation.submit(run_config)
+    results = tmp_path / "scaffold" / "rounds.json"
+    deadline = time.time() + 300
+    while len(rounds(results)) < 2:  # round 0 (initial evaluation) and round 1
+        assert time.time() < deadline and federation.procs["site-a"].poll() is None
+        time.sleep(0.2)
+    site_b = process_tree(federation.procs["site-b"].pid)
+    signal_all(site_b, signal.SIGSTOP)
+    try:
+        federation.stop("site-a")
+        federation.supernode("site-a")
+        federation.wait_for("site-a", "SuperNode ID:", count=2)  # it is back in the federation
+    finally:
+        signal_all(site_b, signal.SIGCONT)
+    status = federation.wait_finished(run_id)
+    assert status["status"] == "finished:completed"
+    assert "Receiving: train message" in federation.log("site-a").rsplit("SuperNode ID:", 1)[1]
+
+    cfg = parse_run_config({**parse_config_args([run_config]), "results-dir": str(tmp_path / "reference")})
+    grid = InProcessGrid(app, 2, cfg.as_dict())
+    reference = run_local(cfg.as_dict(), grid=grid)
+    rows = rounds(results)
+    assert [r["round"] for r in rows] == [0, 1, 2, 3]
+    for row, ref in zip(rows[1:], reference.history[1:]):
+        assert row["dropped-replies"] == 0
+        assert row["train-loss"] == pytest.approx(ref["train-loss"], rel=1e-5)
+        assert row["central-loss"] == pytest.approx(ref["central-loss"], rel=1e-5)
+    for site, pid in SITES.items():
+        saved = torch.load(federation.root / "state" / site / f"run{run_id}-scaffold-p{pid}.pt", weights_only=True)
+        expected = load_state(grid.contexts[reference.clients[pid].node_id], cfg)
+        for k, v in expected["control"].items():
+            assert torch.allclose(saved["control"][k], v, atol=1e-6), (site, k)
+
+
+def test_unregistered_supernode_is_refused(federation):
+    node = federation.supernode("site-d")
+    assert node.wait(timeout=120) != 0
+    log = federation.log("site-d")
+    assert "Failed to initialize the connection to the SuperLink" in log
+    assert "Receiving" not in log
+    nodes = federation.flwr("supernode", "ls", "sites")["nodes"]
+    assert sorted(int(n["node-id"]) for n in nodes) == sorted(federation.node_ids.values())
+
+
+def test_supernode_without_the_ca_certificate_cannot_connect(federation):
+    node = federation.supernode("site-c", ["--max-retries", "1", "--max-wait-time", "10"], ca=False)
+    assert node.wait(timeout=120) != 0
+    log = federation.log("site-c")
+    assert "CERTIFICATE_VERIFY_FAILED" in log and "Receiving" not in log
+    nodes = {int(n["node-id"]): n for n in federation.flwr("supernode", "ls", "sites")["nodes"]}
+    assert nodes[federation.node_ids["site-c"]]["status"] == "registered"  # never online
