@@ -239,7 +239,7 @@ def test_unregistered_supernode_is_refused(federation):
     node = federation.supernode("site-d")
     assert node.wait(timeout=120) != 0
     log = federation.log("site-d")
-    assert "Failed to initialize the connection to the SuperLink" in log
+    assert "Failed to initialize the connection to the SuperLink" in log and "Failed to activate SuperNode" in log
     assert "Receiving" not in log
     nodes = federation.flwr("supernode", "ls", "sites")["nodes"]
     assert sorted(int(n["node-id"]) for n in nodes) == sorted(federation.node_ids.values())
