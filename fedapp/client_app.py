@@ -8,17 +8,20 @@ must outlive a message (duals, control variates, private bodies or heads) lives 
 A SuperNode's ``context.state`` lives in its memory. When the node config names a
 ``state-dir``, every commit is also written there (one file per run, strategy and
 partition, replaced atomically), and a restarted SuperNode, whose context starts empty,
-reads it back at its next message.
+reads it back at its next message. A state too large to keep for every client in memory
+(``state-memory-mb``) is only written to that file (or to ``state-spill-dir``), and the
+context keeps a reference to it.
 """
 
 from __future__ import annotations
 
 import io
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
-from flwr.app import ArrayRecord, Context, Message
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 
 from fedapp import registry
@@ -30,6 +33,7 @@ from fedapp.records import Payload, from_record, make_content, payload_of
 from fedapp.results import atomic_write
 
 STATE_PREFIX = "state."
+SPILLED = "spilled-state"  # ConfigRecord {"path": file} when the committed state is only on disk
 
 # fault injection, a no-op unless the run config sets fault-fraction (fedapp/faults.py)
 app = ClientApp(mods=[fault_mod])
@@ -42,9 +46,11 @@ def partition_id(context: Context) -> int:
         raise ValueError("node config needs 'partition-id' (and 'num-partitions', or 'data-dir')") from None
 
 
-def state_path(context: Context, cfg: RunConfig) -> Path | None:
-    """This site's state file for the run, when the node config names a ``state-dir``."""
-    state_dir = context.node_config.get("state-dir")
+def state_path(context: Context, cfg: RunConfig, spill: bool = False) -> Path | None:
+    """This site's state file for the run, when the node config names a ``state-dir`` or the
+    state is spilled (then ``state-spill-dir``, by default under the system's temp dir)."""
+    state_dir = context.node_config.get("state-dir") or (
+        spill and (cfg.state_spill_dir or Path(tempfile.gettempdir()) / "fedapp-state"))
     if not state_dir:
         return None
     return Path(str(state_dir)).expanduser() / f"run{context.run_id}-{cfg.strategy}-p{partition_id(context)}.pt"
@@ -54,24 +60,34 @@ def load_state(context: Context, cfg: RunConfig) -> Payload:
     """The last committed state: from the context, or from ``state-dir`` after a SuperNode restart."""
     state = {name[len(STATE_PREFIX):]: from_record(rec) for name, rec in context.state.array_records.items()
              if name.startswith(STATE_PREFIX)}
-    path = state_path(context, cfg)
+    path = Path(context.state[SPILLED]["path"]) if SPILLED in context.state else state_path(context, cfg)
     if not state and path is not None and path.exists():
         state = torch.load(path, weights_only=True)
     return state
 
 
+def spills(cfg: RunConfig, state: Payload) -> bool:
+    """Whether ``state``, held by every client, would exceed ``state-memory-mb`` in memory."""
+    nbytes = sum(v.numel() * v.element_size() for tensors in state.values() for v in tensors.values())
+    return bool(cfg.state_memory_mb) and nbytes * cfg.num_clients > cfg.state_memory_mb * 2**20
+
+
 def commit_state(context: Context, cfg: RunConfig, state: Payload) -> None:
     """Replace the persisted client state by ``state`` as a whole."""
     state = {name: {k: v.detach().cpu() for k, v in tensors.items()} for name, tensors in state.items()}
-    if (path := state_path(context, cfg)) is not None:
+    spill = spills(cfg, state)
+    if (path := state_path(context, cfg, spill)) is not None:
         # file first: if writing fails the reply fails and the context keeps the old state too;
         # a crash mid-write leaves only a temporary file next to the last complete one
         path.parent.mkdir(parents=True, exist_ok=True)
         buf = io.BytesIO()
         torch.save(state, buf)
         atomic_write(path, buf.getvalue())
-    for name in [n for n in context.state.array_records if n.startswith(STATE_PREFIX)]:
-        del context.state[name]
+    for name in [n for n in context.state.array_records if n.startswith(STATE_PREFIX)] + [SPILLED]:
+        context.state.pop(name, None)
+    if spill:
+        context.state[SPILLED] = ConfigRecord({"path": str(path)})
+        return
     for name, tensors in state.items():
         context.state[STATE_PREFIX + name] = ArrayRecord(tensors)
 
