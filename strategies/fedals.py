@@ -35,7 +35,7 @@ class FedALS(FedStrategy):
         Key("alpha", int, 10, "Body averaging period in rounds (alpha = 1 is FedAvg).", low=1),
         Key("body-layers", int, 0, "L: leading layers in the body phi; 0 = all but the last layer.", low=0),
     )
-    checkpoint_attrs = ("body_round", "client_body")
+    checkpoint_attrs = ("body_round", "body_pids", "client_body")
 
     def __init__(self, cfg, model, dataset=None):
         super().__init__(cfg, model, dataset)

@@ -202,6 +202,8 @@ class HCCTE(HCCT):
     variance-to-mean ratio, sum_j Var_i(g_ij) / sum_j (mean_i g_ij)^2 over the layer's entries j
     (scale-free, so layers of different sizes compare), chosen once after the first round."""
 
+    checkpoint_attrs = ("similarity_keys",)  # added to HCCT's: the layer chosen after round 1
+
     def after_first_updates(self, server_round: int) -> None:
         if server_round != 1 or len(self.updates) < 2:
             return
