@@ -61,7 +61,8 @@ class FedALSScaffoldClient(FedALSClient, ScaffoldClient):
     Local steps use g - c_i + c (SCAFFOLD's correction). After each round c_{h,i} is refreshed
     by option II over the round's tau steps from the received head; on body-averaging rounds
     c_{phi,i} too, over the steps since the last received body (alpha tau with full
-    participation). State: c_i (``control``), c_phi (``control-body``), that body and the step
+    participation). With SGD momentum beta, eta in option II is the effective step
+    eta / (1 - beta) (see ``control_lr``). State: c_i (``control``), c_phi (``control-body``), that body and the step
     count since (``body-anchor``, ``body-steps``).
     """
 
@@ -80,9 +81,15 @@ class FedALSScaffoldClient(FedALSClient, ScaffoldClient):
         # ScaffoldClient.receive reloads the model just set and takes c, c_i and the anchor from it
         ScaffoldClient.receive(self, {"arrays": self.model_tensors(), "control": control}, config)
 
+    def control_lr(self, lr: float) -> float:
+        """Step size that turns a displacement into a gradient in option II: with heavy-ball
+        momentum beta each step moves about lr / (1 - beta) times the gradient, so the paper's
+        1 / (eta tau) would make c about 1 / (1 - beta) times too large (diverged at beta = 0.9)."""
+        return lr / (1.0 - self.cfg.momentum)
+
     def end_fit(self, payload: Payload, config: dict) -> None:
         super().end_fit(payload, config)
-        lr = float(config["lr"])
+        lr = self.control_lr(float(config["lr"]))
         y = self.param_tensors()
         new = dict(self.client_control)
         new.update(option_two(*(self.part(t, self.head_params) for t in (self.client_control, self.control,

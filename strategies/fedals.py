@@ -123,7 +123,8 @@ class FedALSScaffold(FedALS, Scaffold):
         if t mod alpha == 0:   c_{phi,i} <- c_{phi,i} - c_phi + (phi - phi_i) / (eta alpha tau)
 
     where h and phi are the parts received at their last synchronisation, and the server sets
-    c_part <- c_part + (1/N) sum_{i in S_t} Delta c_{part,i} alongside the model average. Local
+    c_part <- c_part + (1/N) sum_{i in S_t} Delta c_{part,i} alongside the model average. Under
+    SGD momentum beta, eta there is the effective step eta / (1 - beta) (``control_lr``). Local
     steps use g - c_i + c. A control part travels with its model part: "control" carries c_h
     every round and c_phi with the body; "control-delta" carries the Delta c of the parts averaged.
     """
@@ -136,9 +137,8 @@ class FedALSScaffold(FedALS, Scaffold):
         params = set(self.param_keys)
         self.body_params = [k for k in self.body_keys if k in params]
         self.head_params = [k for k in self.head_keys if k in params]
-        if hasattr(self, "control"):
-            self.head_control = {k: self.control[k] for k in self.head_params}
-            self.full_control = {k: self.control[k] for k in self.body_params + self.head_params}
+        self.head_control = {k: self.control[k] for k in self.head_params}
+        self.full_control = {k: self.control[k] for k in self.body_params + self.head_params}
 
     def train_payload(self, pid, server_round):
         payload = super().train_payload(pid, server_round)
