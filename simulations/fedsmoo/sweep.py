@@ -57,6 +57,7 @@ def main() -> None:
     p.add_argument("--target", type=float, default=0.5, help="central accuracy for 'rounds to target'")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides, TOML values")
     p.add_argument("--out", help="markdown file for the table (printed too)")
+    p.add_argument("--upto-round", type=int, help="tabulate rounds 1..N only (a common horizon)")
     p.add_argument("--tabulate-only", action="store_true",
                    help="read the runs' rounds.json under results-dir instead of running (parallel sweeps)")
     a = p.parse_args()
@@ -75,6 +76,8 @@ def main() -> None:
                     history = json.load(f)["rounds"]
             else:
                 history = run_local({**base, "strategy": method, "seed": seed, "run-name": name}).history
+            if a.upto_round:
+                history = [r for r in history if r["round"] <= a.upto_round]
             results.setdefault(method, []).append(summarise(history, a.target))
             print(table(results, a.target), flush=True)
     text = table(results, a.target)
