@@ -62,8 +62,8 @@ class FedALSScaffoldClient(FedALSClient, ScaffoldClient):
     by option II over the round's tau steps from the received head; on body-averaging rounds
     c_{phi,i} too, over the steps since the last received body (alpha tau with full
     participation). With SGD momentum beta, eta in option II is the effective step
-    eta / (1 - beta) (see ``control_lr``). State: c_i (``control``), c_phi (``control-body``), that body and the step
-    count since (``body-anchor``, ``body-steps``).
+    eta / (1 - beta) (see ``control_lr``). State: c_i (``control``), c_phi (``control-body``),
+    that body and the step count since (``body-anchor``, ``body-steps``).
     """
 
     def receive(self, payload: Payload, config: dict) -> None:

@@ -132,6 +132,11 @@ class FedALSScaffold(FedALS, Scaffold):
     checkpoint_attrs = FedALS.checkpoint_attrs + Scaffold.checkpoint_attrs
     weighted = FedALS.weighted
 
+    @classmethod
+    def check_config(cls, cfg):
+        if cfg.momentum >= 1.0:  # the effective step eta / (1 - beta) of option II
+            raise ConfigError(f"run config 'momentum' = {cfg.momentum} is invalid for fedals-scaffold: allowed is < 1")
+
     def split_views(self):
         super().split_views()
         params = set(self.param_keys)

@@ -204,3 +204,18 @@ def test_simulation_files_are_valid_run_configs():
         assert cfg.partition == ("iid" if path.stem.endswith("-iid") else "label-sorted"), path.name
         assert cfg.model == ("lenet" if path.stem.startswith("cpu") else "resnet20"), path.name
         assert cfg.num_server_rounds * cfg.local_steps == (1000 if path.stem.startswith("cpu") else 20_000)
+
+
+def test_bad_settings_name_their_key():
+    from fedapp.config import ConfigError
+
+    with pytest.raises(ConfigError, match="'alpha' = 0"):  # Key.parse names keys without their prefix
+        parse_run_config({"strategy": "fedals", "fedals.alpha": 0})
+    with pytest.raises(ConfigError, match="'momentum' = 1.0"):
+        parse_run_config({"strategy": "fedals-scaffold", "momentum": 1.0})
+    cfg = parse_run_config({"strategy": "fedals", "model": "lenet", "fedals.body-layers": 5})
+    with pytest.raises(ConfigError, match="'fedals.body-layers' = 5"):  # LeNet has 5 layers: L <= 4
+        FedALS(cfg, build_model("lenet", (1, 28, 28), 10))
+    two = FedALS(cfg.replace(**{"fedals.body-layers": 2}), build_model("lenet", (1, 28, 28), 10))
+    assert two.body_keys == ["conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias"]
+    assert two.head_keys[0] == "fc1.weight" and two.head_keys[-1] == "fc.bias"
