@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from logging import INFO
 from typing import Any
@@ -20,24 +21,39 @@ from strategies.base import FedStrategy, Reply, spec_of, weighted_mean
 Group = tuple[int, ...]
 
 
-def _cos(a: np.ndarray, b: np.ndarray) -> float:
-    na, nb = np.linalg.norm(a), np.linalg.norm(b)
-    return float(a @ b / (na * nb)) if na > 0 and nb > 0 else 0.0
+def _gram(updates: Mapping[int, np.ndarray]) -> dict[tuple[int, int], float]:
+    """Inner products <g_i, g_j>: every utility below needs only these, so partitioning costs
+    O(n^2 d) once instead of O(d) per evaluated group."""
+    ids = sorted(updates)
+    flat = np.stack([updates[i] for i in ids]).astype(np.float64)
+    gram = flat @ flat.T
+    return {(i, j): float(gram[a, b]) for a, i in enumerate(ids) for b, j in enumerate(ids)}
 
 
-def group_utility(members: Sequence[int], updates: Mapping[int, np.ndarray], sizes: Mapping[int, float],
-                  alpha: float) -> float:
-    """Sum over i in G of U_i = -alpha / D_G + cos(g_i, g_G), g_G = sum_i D_i g_i / D_G."""
+def group_utility(members: Sequence[int], updates: Mapping[int, np.ndarray] | None, sizes: Mapping[int, float],
+                  alpha: float, gram: Mapping[tuple[int, int], float] | None = None) -> float:
+    """Sum over i in G of U_i = -alpha / D_G + cos(g_i, g_G), g_G = sum_j D_j g_j / D_G.
+
+    cos(g_i, g_G) = sum_j D_j <g_i, g_j> / (|g_i| sqrt(sum_jk D_j D_k <g_j, g_k>)); a zero vector has
+    cosine 0. ``gram`` (from the updates when not given) holds the inner products.
+    """
+    gram = _gram(updates) if gram is None else gram
     d_group = sum(sizes[i] for i in members)
-    g_group = sum(sizes[i] * updates[i] for i in members) / d_group
-    return sum(-alpha / d_group + _cos(updates[i], g_group) for i in members)
+    norm_g = math.sqrt(max(sum(sizes[j] * sizes[k] * gram[j, k] for j in members for k in members), 0.0))
+    total = 0.0
+    for i in members:
+        norm_i = math.sqrt(max(gram[i, i], 0.0))
+        dot = sum(sizes[j] * gram[i, j] for j in members)
+        total += -alpha / d_group + (dot / (norm_i * norm_g) if norm_i > 0 and norm_g > 0 else 0.0)
+    return total
 
 
-def merge_benefit(a: Sequence[int], b: Sequence[int], updates: Mapping[int, np.ndarray],
-                  sizes: Mapping[int, float], alpha: float) -> float:
+def merge_benefit(a: Sequence[int], b: Sequence[int], updates: Mapping[int, np.ndarray] | None,
+                  sizes: Mapping[int, float], alpha: float, gram: Mapping[tuple[int, int], float] | None = None) -> float:
     """Change of the members' summed utility when groups a and b merge: S(a u b) - S(a) - S(b)."""
-    return (group_utility([*a, *b], updates, sizes, alpha) - group_utility(a, updates, sizes, alpha)
-            - group_utility(b, updates, sizes, alpha))
+    gram = _gram(updates) if gram is None else gram
+    return (group_utility([*a, *b], None, sizes, alpha, gram) - group_utility(a, None, sizes, alpha, gram)
+            - group_utility(b, None, sizes, alpha, gram))
 
 
 def hierarchical_partition(updates: Mapping[int, np.ndarray], sizes: Mapping[int, float], alpha: float,
@@ -48,8 +64,9 @@ def hierarchical_partition(updates: Mapping[int, np.ndarray], sizes: Mapping[int
     Benefits are cached: after a merge only the pairs with the new group are computed (ties: the
     pair with the lowest client ids). ``trace`` receives (a, b, benefit) per merge, in order.
     """
+    gram = _gram(updates)
     groups = [(i,) for i in sorted(updates)]
-    cache = {(a, b): merge_benefit(a, b, updates, sizes, alpha) for n, a in enumerate(groups) for b in groups[n + 1:]}
+    cache = {(a, b): merge_benefit(a, b, None, sizes, alpha, gram) for n, a in enumerate(groups) for b in groups[n + 1:]}
     while cache:
         (a, b), gain = max(cache.items(), key=lambda kv: (kv[1], [-i for i in kv[0][0] + kv[0][1]]))
         if gain <= 0:
@@ -59,7 +76,7 @@ def hierarchical_partition(updates: Mapping[int, np.ndarray], sizes: Mapping[int
             trace.append((a, b, gain))
         groups = [g for g in groups if g not in (a, b)]
         cache = {pair: v for pair, v in cache.items() if a not in pair and b not in pair}
-        cache.update({(g, merged): merge_benefit(g, merged, updates, sizes, alpha) for g in groups})
+        cache.update({(g, merged): merge_benefit(g, merged, None, sizes, alpha, gram) for g in groups})
         groups.append(merged)
     return sorted(groups, key=lambda g: g[0])
 
