@@ -11,6 +11,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -47,20 +48,82 @@ def run_config_str(cfg: dict) -> str:
                     for k, v in cfg.items())
 
 
+def tree(marker: str) -> dict[int, tuple[float, int]]:
+    """{pid: (CPU seconds, RSS bytes)} of the processes whose command line holds ``marker``
+    (the run's SuperLink) and all their descendants: simulation, Ray, workers."""
+    parent, usage, roots = {}, {}, []
+    tick, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rpartition(")")[2].split()
+            pid = int(d.name)
+            parent[pid] = int(fields[1])
+            usage[pid] = ((int(fields[11]) + int(fields[12])) / tick, int(fields[21]) * page)
+            if marker in (d / "cmdline").read_bytes().decode(errors="replace"):
+                roots.append(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    seen, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in seen:
+            seen.add(pid)
+            todo += children.get(pid, [])
+    return {p: usage[p] for p in seen if p in usage}
+
+
+class Monitor(threading.Thread):
+    """Samples the run's process tree every 0.5 s: peak summed RSS, and the tree's CPU seconds
+    each time rounds.json gains a round, so CPU per round is known even on a loaded machine
+    (wall time there depends on everyone else; the CPU a run uses does not, much)."""
+
+    def __init__(self, marker: str, rounds_json: Path):
+        super().__init__(daemon=True)
+        self.marker, self.rounds_json, self.done = marker, rounds_json, threading.Event()
+        self.peak_rss, self.cpu = 0, {}  # cpu: pid -> last CPU seconds seen (exited ones kept)
+        self.round_cpu: list[float] = []  # tree CPU seconds when round i's row appeared
+
+    def run(self) -> None:
+        while not self.done.wait(0.5):
+            now = tree(self.marker)
+            self.peak_rss = max(self.peak_rss, sum(rss for _, rss in now.values()))
+            self.cpu.update({p: c for p, (c, _) in now.items()})
+            try:
+                rows = len(json.loads(self.rounds_json.read_text())["rounds"])
+            except (OSError, ValueError, KeyError):
+                continue
+            while len(self.round_cpu) < rows:
+                self.round_cpu.append(sum(self.cpu.values()))
+
+
 def flwr_run(cfg: dict, num_cpus: int = 1, num_gpus: float = 0.0, port_base: int = 39590) -> dict:
-    """One `flwr run` through fedapp.launch; returns wall time, per-round seconds and the rows."""
+    """One `flwr run` through fedapp.launch; returns wall time, per-round seconds (wall and
+    the process tree's CPU), peak memory and the rows."""
     from fedapp.launch import launch
 
     with tempfile.TemporaryDirectory(prefix="fedapp-bench-") as tmp:
         cfg = {**cfg, "results-dir": f"{tmp}/results", "run-name": "bench"}
+        mon = Monitor(tmp, Path(tmp) / "results/bench/rounds.json")
+        mon.start()
         t0 = time.time()
-        status = launch(run_config_str(cfg), home=Path(tmp) / "flwr-home", port_base=port_base,
-                        num_cpus=num_cpus, num_gpus=num_gpus, stream=False, timeout=3000)
+        try:
+            status = launch(run_config_str(cfg), home=Path(tmp) / "flwr-home", port_base=port_base,
+                            num_cpus=num_cpus, num_gpus=num_gpus, stream=False, timeout=3000)
+        finally:
+            mon.done.set()
+            mon.join()
         wall = time.time() - t0
         if status["status"] != "finished:completed":
             raise RuntimeError(f"run failed: {status}")
         rows = json.loads((Path(tmp) / "results/bench/rounds.json").read_text())["rounds"]
     train = [r["train-seconds"] for r in rows if r["round"] > 0]
-    return {"wall": wall, "train": train, "in-rounds": rows[-1]["wall-time"],
+    cpu = [b - a for a, b in zip(mon.round_cpu, mon.round_cpu[1:])]  # rounds 1.., as sampled
+    return {"wall": wall, "train": train, "cpu": cpu, "in-rounds": rows[-1]["wall-time"],
+            "peak-mib": mon.peak_rss / 2**20,
             # launch -> first round and last round -> exit: Ray and SuperLink start/stop, discovery
             "outside-rounds": wall - rows[-1]["wall-time"], "rows": rows}

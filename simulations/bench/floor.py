@@ -36,10 +36,10 @@ def batches(d, steps: int, bs: int, g: torch.Generator) -> list[tuple[torch.Tens
     return out
 
 
-def one_round(clients, cfg, prebuilt: bool, g: torch.Generator) -> float:
-    """Seconds for every client's local steps (batches made beforehand are not timed)."""
+def one_round(clients, cfg, prebuilt: bool, g: torch.Generator) -> tuple[float, float]:
+    """(wall, CPU) seconds for every client's local steps (batches made beforehand are not timed)."""
     ready = [batches(d, cfg.local_steps, cfg.batch_size, g) for d in clients] if prebuilt else None
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for i, d in enumerate(clients):
         torch.manual_seed(cfg.seed)
         model = build_model(cfg.model, tuple(d.train_x.shape[1:]), d.num_classes)
@@ -48,7 +48,7 @@ def one_round(clients, cfg, prebuilt: bool, g: torch.Generator) -> float:
             opt.zero_grad()
             F.cross_entropy(model(x), y).backward()
             opt.step()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def main() -> None:
@@ -65,12 +65,12 @@ def main() -> None:
     clients = [client_data(cfg, pid) for pid in range(cfg.num_clients)]
     g = torch.Generator().manual_seed(0)
     one_round(clients[:1], cfg, a.batches == "prebuilt", g)  # warm-up
-    times = [one_round(clients, cfg, a.batches == "prebuilt", g) for _ in range(a.repeats)]
-    s = stats(times)
+    times, cpu = zip(*[one_round(clients, cfg, a.batches == "prebuilt", g) for _ in range(a.repeats)])
+    s, c = stats(times), stats(cpu)
     print(f"floor ({a.batches}, {a.threads} threads, {cfg.num_clients}x{cfg.local_steps} steps): "
-          f"{fmt(s)} per round; {load()}")
+          f"{fmt(s)} per round, CPU {fmt(c)}; {load()}")
     record(a.out, bench="floor", batches=a.batches, threads=a.threads, clients=cfg.num_clients,
-           steps=cfg.local_steps, seconds=times, **s)
+           steps=cfg.local_steps, seconds=times, cpu_seconds=cpu, cpu=c, **s)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ Runs the issue-8 setting (CIFAR-10, LeNet, 20 clients, 50 steps of 32, 10 rounds
 strategy ``--repeats`` times, then once more with 1 local step to get the fixed cost per
 client message. Seconds per round are the median of rounds 2..R ``train-seconds`` of each
 run (round 1 also pays each Ray worker's first import of torch models and data);
-"outside rounds" is launch wall time minus the rounds: SuperLink + Ray start-up, workers
+CPU per round is the CPU seconds of the run's whole process tree
+(SuperLink, simulation with the ServerApp, Ray, workers) per round, which a loaded machine
+changes far less than wall time. "Outside rounds" is launch wall time minus the rounds: SuperLink + Ray start-up, workers
 loading the data, discovery, shut-down.
 
     python simulations/bench/round_overhead.py --strategy fedavg --repeats 3 --out bench.jsonl
@@ -36,17 +38,20 @@ def main() -> None:
 
     cfg = {**BASE, "strategy": a.strategy, "num-server-rounds": a.rounds, "num-clients": a.num_clients,
            "local-steps": a.local_steps, "eval-every": a.rounds, **parse_config_args([a.extra] if a.extra else [])}
-    per_round, outside = [], []
+    per_round, cpu, outside, first = [], [], [], []
     for i in range(a.repeats):
         r = flwr_run(cfg, a.num_cpus, a.num_gpus)
         per_round.append(statistics.median(r["train"][1:] or r["train"]))
+        cpu.append(statistics.median(r["cpu"][1:-1] or r["cpu"]))  # not round 1 (warm-up), not the last (eval)
         outside.append(r["outside-rounds"])
-        print(f"run {i}: rounds {[round(t, 2) for t in r['train']]}, outside rounds {r['outside-rounds']:.1f} s, "
-              f"wall {r['wall']:.1f} s; {load()}", flush=True)
-    s, o = stats(per_round), stats(outside)
-    print(f"{a.strategy}: {fmt(s)} per round; outside rounds {fmt(o)}")
+        first.append(r["train"][0])
+        print(f"run {i}: rounds {[round(t, 2) for t in r['train']]} s, CPU {[round(t, 2) for t in r['cpu']]} s, "
+              f"outside rounds {r['outside-rounds']:.1f} s, wall {r['wall']:.1f} s; {load()}", flush=True)
+    s, c, o = stats(per_round), stats(cpu), stats(outside)
+    print(f"{a.strategy}: {fmt(s)} per round, CPU {fmt(c)} per round; outside rounds {fmt(o)}")
     record(a.out, bench="round", strategy=a.strategy, clients=a.num_clients, steps=a.local_steps,
-           num_cpus=a.num_cpus, extra=a.extra, per_round=per_round, outside=outside, **s)
+           num_cpus=a.num_cpus, extra=a.extra, per_round=per_round, cpu_per_round=cpu, cpu=c, outside=outside,
+           first_round=first, **s)
     if not a.skip_one_step:
         ones = []
         for _ in range(a.repeats):
