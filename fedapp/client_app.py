@@ -113,7 +113,8 @@ def set_threads(cfg: RunConfig) -> None:
     of them). Outside Ray, torch's default: a SuperNode has its machine to itself."""
     n = cfg.num_threads
     ray = sys.modules.get("ray")
-    if not n and ray is not None and ray.is_initialized():
+    # getattr: a module that another thread is still importing has no attributes yet
+    if not n and getattr(ray, "is_initialized", bool)():
         n = max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)))
     if n and torch.get_num_threads() != n:
         torch.set_num_threads(n)

@@ -12,7 +12,6 @@ its update rule: ``train_payload``, ``train_config``, ``reply_spec``, ``aggregat
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -420,8 +419,7 @@ class FedStrategy(Strategy):
               writer=None, start_round: int = 1) -> list[dict[str, Any]]:
         """Run all rounds; each round's row goes to ``writer`` as soon as it is complete."""
         num_rounds = num_rounds or self.cfg.num_server_rounds
-        ray = sys.modules.get("ray")
-        if ray is not None and ray.is_initialized():
+        if isinstance(grid, InMemoryGrid):
             # a simulation's ServerApp shares the cores with the Ray workers: a second torch
             # thread only spins against them (aggregation took 2/3 of the process's time)
             torch.set_num_threads(1)

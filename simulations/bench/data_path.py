@@ -3,7 +3,8 @@
 ``loop``: ``FedClient.train`` (BatchLoader: gather, crop/flip, normalise; SGD hooks) on one
 CIFAR-10 client's data. ``compute``: forward, backward and step of the same model on
 batches built beforehand and held in memory. The ratio loop/compute is the data path's
-efficiency; ``batch`` times the loader alone.
+efficiency; ``batch`` times the loader alone. Timed in CPU seconds of this one-thread
+process (``time.process_time``), so other load on the machine changes little.
 
     python simulations/bench/data_path.py --steps 300 --repeats 5 --threads 1
 """
@@ -43,24 +44,24 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
 
     def compute() -> float:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         for x, y in batches:
             opt.zero_grad(set_to_none=False)
             F.cross_entropy(model(x), y).backward()
             opt.step()
-        return time.perf_counter() - t0
+        return time.process_time() - t0
 
     def loop() -> float:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         client.train(a.steps, cfg.lr, seed=1)
-        return time.perf_counter() - t0
+        return time.process_time() - t0
 
     def batch() -> float:
         ld = client.loader(2)
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         for _ in range(a.steps):
             ld.next_batch()
-        return time.perf_counter() - t0
+        return time.process_time() - t0
 
     compute(), loop()  # warm-up
     res = {name: [] for name in ("compute", "loop", "batch")}
