@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from flwr.common.config import parse_config_args
 
 from fedapp.client_app import app, load_state
 from fedapp.config import parse_run_config
@@ -29,9 +28,15 @@ from fedapp.local import InProcessGrid, run_local
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 # seed 10 samples partition 0, 1, 0 in rounds 1-3 (one client a round): site A sits out round 2
-BASE = ("num-clients=2 num-server-rounds=3 fraction-train=0.5 fraction-evaluate=0.0 local-steps=3 "
-        "batch-size=16 seed=10 node-wait-timeout=120 round-timeout=120")
+BASE = {"num-clients": 2, "num-server-rounds": 3, "fraction-train": 0.5, "fraction-evaluate": 0.0,
+        "local-steps": 3, "batch-size": 16, "seed": 10, "node-wait-timeout": 120, "round-timeout": 120}
 SITES = {"site-a": 0, "site-b": 1}
+
+
+def run_config(overrides: dict) -> str:
+    """BASE with ``overrides`` as a --run-config string."""
+    values = {**BASE, **overrides}
+    return " ".join(f"{k}='{v}'" if isinstance(v, str) else f"{k}={v}" for k, v in values.items())
 
 
 def free_port() -> int:
@@ -67,6 +72,13 @@ def signal_all(pids, sig) -> None:
             os.kill(p, sig)
         except ProcessLookupError:
             pass
+
+
+def rounds(path: Path) -> list[dict]:
+    try:
+        return json.loads(path.read_text())["rounds"]
+    except FileNotFoundError:
+        return []
 
 
 class Federation:
@@ -137,19 +149,27 @@ class Federation:
         out = subprocess.run(["flwr", *args, "--format", "json"], env=self.cli_env, cwd=self.root, text=True,
                              capture_output=True, timeout=180)
         try:
-            return json.loads(out.stdout)
+            result = json.loads(out.stdout)
         except ValueError:
-            raise AssertionError(f"flwr {' '.join(args)}:\n{out.stdout}\n{out.stderr}") from None
+            result = {}
+        assert result.get("success"), f"flwr {' '.join(args)}:\n{out.stdout}\n{out.stderr}"
+        return result
 
-    def submit(self, run_config: str) -> str:
-        return self.flwr("run", str(ROOT), "sites", "--run-config", run_config)["run-id"]
+    def submit(self, config: str) -> str:
+        return self.flwr("run", str(ROOT), "sites", "--run-config", config)["run-id"]
 
-    def wait_finished(self, run_id: str, timeout: float = 300.0) -> dict:
-        deadline = time.time() + timeout
-        while not (status := self.flwr("ls", "sites", "--run-id", run_id)["runs"][0])["status"].startswith("finished"):
+    def wait_finished(self, run_id: str, results: Path, num_rows: int, timeout: float = 300.0) -> dict:
+        """The run's final `flwr ls` entry. Each `flwr ls` is a CLI start, so until ``results``
+        has its ``num_rows`` rows it is only asked every 20 s (in case the run failed)."""
+        deadline, asked = time.time() + timeout, 0.0
+        while True:
+            if len(rounds(results)) >= num_rows or time.time() - asked > 20:
+                asked = time.time()
+                status = self.flwr("ls", "sites", "--run-id", run_id)["runs"][0]
+                if status["status"].startswith("finished"):
+                    return status
             assert time.time() < deadline, f"run {run_id} still {status['status']}:\n{self.log('superlink')[-3000:]}"
-            time.sleep(2.0)
-        return status
+            time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +186,7 @@ def federation(tmp_path_factory):
         # site-d is never registered; site-c is, but will lack the CA certificate
         sites = ("site-a", "site-b", "site-c")
         with ThreadPoolExecutor(len(sites)) as pool:
-            ids = pool.map(lambda site: fed.flwr("supernode", "register", str(fed.creds / f"{site}.pub"), "sites"), sites)
+            ids = pool.map(lambda s: fed.flwr("supernode", "register", str(fed.creds / f"{s}.pub"), "sites"), sites)
         fed.node_ids = {site: out["node-id"] for site, out in zip(sites, ids)}
         for site in SITES:
             fed.supernode(site)
@@ -178,18 +198,13 @@ def federation(tmp_path_factory):
             fed.stop(name)
 
 
-def rounds(path: Path) -> list[dict]:
-    try:
-        return json.loads(path.read_text())["rounds"]
-    except FileNotFoundError:
-        return []
-
-
 def test_fedavg_run_completes_on_the_registered_sites(federation, tmp_path):
-    run_id = federation.submit(f"{BASE} strategy='fedavg' num-server-rounds=1 results-dir='{tmp_path}' "
-                               "run-name='fedavg'")
-    assert federation.wait_finished(run_id)["status"] == "finished:completed"
-    rows = rounds(tmp_path / "fedavg" / "rounds.json")
+    run_id = federation.submit(run_config({"strategy": "fedavg", "num-server-rounds": 1,
+                                           "results-dir": str(tmp_path), "run-name": "fedavg"}))
+    results = tmp_path / "fedavg" / "rounds.json"
+    status = federation.wait_finished(run_id, results, 2)
+    assert status["status"] == "finished:completed", status
+    rows = rounds(results)
     assert [r["round"] for r in rows] == [0, 1]
     assert rows[1]["replies"] == 1 and rows[1]["dropped-replies"] == 0 and rows[1]["train-loss"] > 0
     assert (federation.root / "state" / "site-a" / f"run{run_id}-fedavg-p0.pt").exists()
@@ -200,8 +215,8 @@ def test_scaffold_run_keeps_client_state_across_a_supernode_restart(federation, 
     round 2, is frozen meanwhile: round 3 cannot start, and address A, before A is back.
     A's control variate comes back from its state-dir: the run equals an in-process run
     whose clients never restart, round by round and in both sites' final control variates."""
-    run_config = f"{BASE} strategy='scaffold' results-dir='{tmp_path}' run-name='scaffold'"
-    run_id = federation.submit(run_config)
+    overrides = {"strategy": "scaffold", "results-dir": str(tmp_path), "run-name": "scaffold"}
+    run_id = federation.submit(run_config(overrides))
     results = tmp_path / "scaffold" / "rounds.json"
     deadline = time.time() + 300
     while len(rounds(results)) < 2:  # round 0 (initial evaluation) and round 1
@@ -215,11 +230,11 @@ def test_scaffold_run_keeps_client_state_across_a_supernode_restart(federation, 
         federation.wait_for("site-a", "SuperNode ID:", count=2)  # it is back in the federation
     finally:
         signal_all(site_b, signal.SIGCONT)
-    status = federation.wait_finished(run_id)
-    assert status["status"] == "finished:completed"
+    status = federation.wait_finished(run_id, results, 4)
+    assert status["status"] == "finished:completed", status
     assert "Receiving: train message" in federation.log("site-a").rsplit("SuperNode ID:", 1)[1]
 
-    cfg = parse_run_config({**parse_config_args([run_config]), "results-dir": str(tmp_path / "reference")})
+    cfg = parse_run_config({**BASE, **overrides, "results-dir": str(tmp_path / "reference")})
     grid = InProcessGrid(app, 2, cfg.as_dict())
     reference = run_local(cfg.as_dict(), grid=grid)
     rows = rounds(results)

@@ -33,7 +33,8 @@ def test_commit_then_load_through_a_fresh_context(tmp_path):
     commit_state(Context(7, 1, node, RecordDict(), {}), cfg, state)
     assert [p.name for p in (tmp_path / "state").iterdir()] == ["run7-scaffold-p3.pt"]  # no temporary left
     loaded = load_state(Context(7, 1, node, RecordDict(), {}), cfg)
-    assert loaded.keys() == state.keys() and all(torch.equal(loaded["control"][k], v) for k, v in state["control"].items())
+    assert loaded.keys() == state.keys()
+    assert all(torch.equal(loaded["control"][k], v) for k, v in state["control"].items())
     assert load_state(Context(8, 1, node, RecordDict(), {}), cfg) == {}  # another run starts clean
     no_dir = Context(7, 1, {"partition-id": 3}, RecordDict(), {})
     commit_state(no_dir, cfg, state)
