@@ -3,6 +3,7 @@
     nice -n 10 python simulations/hcct/run.py simulations/hcct/fmnist.toml
     python simulations/hcct/run.py simulations/hcct/fmnist.toml --table   # markdown from summary.json
 
+Sweeps split over processes (``--out results/<stem>-<part>``) are merged by ``--table``.
 The TOML file holds ``[base]`` (run config shared by all runs), ``seeds`` and one ``[methods.<name>]``
 table per method (its own run-config keys). Each run writes results/<file stem>/<method>-s<seed>/
 (rounds.json: every round, with HCCT's groups); summary.json collects the last round of each run.
@@ -63,10 +64,19 @@ def client_accuracies(strategy, grid: InProcessGrid, server_round: int) -> dict[
     return out
 
 
+def summaries(out: Path) -> list[dict]:
+    """Rows of ``out`` and of its split-off siblings ``<out>-*`` (parallel sweeps), one per (method, seed)."""
+    rows = {}
+    for f in sorted(out.parent.glob(f"{out.name}*/summary.json")):
+        if f.parent == out or f.parent.name.startswith(f"{out.name}-"):
+            rows.update({(r["method"], r["seed"]): r for r in json.loads(f.read_text())})
+    return list(rows.values())
+
+
 def table(out: Path, spec: dict) -> str:
     """Local test error (%) per method: pooled mean +- std over seeds, then the per-client
     mean / std / min / max (Table V form) averaged over seeds."""
-    rows = json.loads((out / "summary.json").read_text())
+    rows = summaries(out)
     lines = ["| method | seeds | local test error % (mean ± std) | per-client mean | std | min | max |",
              "|---|---|---|---|---|---|---|"]
     for method in spec["methods"]:
@@ -82,7 +92,7 @@ def table(out: Path, spec: dict) -> str:
 
 def client_table(out: Path, spec: dict) -> str:
     """Local test error (%) of every client per method (Table II form), first seed run."""
-    rows = [r for r in json.loads((out / "summary.json").read_text()) if "client-accuracy" in r]
+    rows = [r for r in summaries(out) if "client-accuracy" in r]
     pids = sorted({int(p) for r in rows for p in r["client-accuracy"]})
     lines = ["| method | groups | " + " | ".join(f"client {p + 1}" for p in pids) + " | mean |",
              "|---|---|" + "---|" * (len(pids) + 1)]
