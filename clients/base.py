@@ -3,7 +3,7 @@
 A client is built for one message from the run config, its data and its persisted
 state; ``fit`` and ``evaluate`` take a payload (``{record: {name: tensor}}``) and a
 config dict, so algorithms are testable without Flower. Algorithms override the
-small hooks (``receive``, ``compute_gradient``, ``correct_gradient``, ``reply``,
+small hooks (``load_model``, ``receive``, ``compute_gradient``, ``correct_gradient``, ``reply``,
 ``end_fit``) and keep what must outlive the message in ``self.state``, which the
 ClientApp commits only after ``fit`` returned.
 """
@@ -67,9 +67,13 @@ class FedClient:
         return F.cross_entropy(self.model(x), y)
 
     # ---- hooks -------------------------------------------------------------------
-    def receive(self, payload: Payload, config: dict) -> None:
-        """Take the round's payload: by default load the global model."""
+    def load_model(self, payload: Payload) -> None:
+        """Set the model a payload stands for (training and evaluation): the global model."""
         self.load_tensors(payload["arrays"])
+
+    def receive(self, payload: Payload, config: dict) -> None:
+        """Take the round's training payload: the model, plus algorithm state in subclasses."""
+        self.load_model(payload)
 
     def compute_gradient(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Fill ``.grad`` for one minibatch and return the loss (SAM overrides)."""
@@ -134,6 +138,6 @@ class FedClient:
     def evaluate(self, payload: Payload, config: dict) -> dict[str, float]:
         """Evaluate the received model on the local test split (metrics, or ``(payload, metrics)``
         when the evaluation reply carries arrays)."""
-        self.receive(payload, config)
+        self.load_model(payload)
         d = self.data
         return evaluate(self.model, d.test_x, d.test_y, mean=d.mean, std=d.std, device=self.device)

@@ -12,7 +12,7 @@ class HCCTClient(FedClient):
 class HCCTPClient(FedClient):
     """Receives and returns the body only; its own head lives in ``self.state["head"]``."""
 
-    def receive(self, payload: Payload, config: dict) -> None:
+    def load_model(self, payload: Payload) -> None:
         self.load_tensors(payload["arrays"])
         if "head" in self.state:  # before the first round the head is the seeded initial one
             self.load_tensors(self.state["head"])

@@ -1,6 +1,10 @@
 """Shared test settings: Flower offline and private, small torch thread pool."""
 
 import os
+
+# One BLAS thread: on a loaded 2-core machine numpy's threads slow small dot products 20-1000x.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import sys
 from pathlib import Path
 

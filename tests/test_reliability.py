@@ -21,13 +21,11 @@ from strategies.base import ClientInfo
 
 ROUNDS = 2
 #: per-strategy settings that keep a run small (PeFLL generates LeNets: it needs images, and its
-#: hypernetwork makes a round slow). SCAFFOLD's and FedSMOO's clients cannot evaluate yet (their
-#: receive() needs the control/perturbation that evaluation messages do not carry): every
-#: evaluation reply is an error, which would hide the injected faults, so they do not evaluate.
+#: hypernetwork makes a round slow).
 EXTRA = {
     "fedavg": {},
-    "scaffold": {"fraction-evaluate": 0.0},
-    "fedsmoo": {"fraction-evaluate": 0.0},
+    "scaffold": {},
+    "fedsmoo": {},
     "fedals": {"fedals.alpha": 2},
     "hcct": {},
     "pefll": {"model": "lenet", "dataset": "imagefolder", "partition": "iid", "pefll.k": 2,

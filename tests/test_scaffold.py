@@ -48,3 +48,12 @@ def test_bytes_twice_fedavg_each_way(small_config):
     for way in ("down", "up"):
         ratio = scaffold[f"train-bytes-{way}"] / fedavg[f"train-bytes-{way}"]
         assert 1.9 < ratio <= 2.0, (way, ratio)
+
+
+def test_stateful_clients_evaluate_the_global_model(small_config):
+    """Evaluation messages carry only the model: SCAFFOLD/FedSMOO/FedCM clients still evaluate."""
+    for name in ("scaffold", "fedsmoo", "fedcm"):
+        strategy = run_local({**small_config, "strategy": name, "num-server-rounds": 1})
+        row = strategy.history[-1]
+        assert row["dropped-replies"] == 0, (name, row["dropped-reasons"])
+        assert 0.0 < row["fed-accuracy"] <= 1.0
