@@ -53,7 +53,10 @@ def state_path(context: Context, cfg: RunConfig, spill: bool = False) -> Path | 
         spill and (cfg.state_spill_dir or Path(tempfile.gettempdir()) / "fedapp-state"))
     if not state_dir:
         return None
-    return Path(str(state_dir)).expanduser() / f"run{context.run_id}-{cfg.strategy}-p{partition_id(context)}.pt"
+    # keyed by run-name when it is set, so a run resumed from its checkpoint (a new run id, the
+    # same run-name) finds its clients' state; otherwise by run id, so a new run starts clean
+    run = cfg.run_name or f"run{context.run_id}"
+    return Path(str(state_dir)).expanduser() / f"{run}-{cfg.strategy}-p{partition_id(context)}.pt"
 
 
 def load_state(context: Context, cfg: RunConfig) -> Payload:
