@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 import torch
-from flwr.app import Message, MessageType
+from flwr.app import MessageType
 from flwr.serverapp import Grid
 
 from clients.pefll import EMBEDDINGS, HyperNetwork, PeFLLClient, embedding_network
@@ -57,16 +57,15 @@ class PeFLL(FedStrategy):
             "averaged deltas.", ("delta", "adam")),
         Key("server-lr", float, 2e-4, "Adam learning rate (server-opt adam).", low=0.0, low_open=True),
     )
-    checkpoint_attrs = ("hnet", "embed")
-    weighted = False
+    checkpoint_attrs = ("hnet", "embed", "optimizers")
 
     def __init__(self, cfg, model, dataset=None):
         super().__init__(cfg, model, dataset)
-        torch.manual_seed(cfg.seed + 1)
+        torch.manual_seed(cfg.seed + 1)  # eta_h, eta_v initialised from the run seed, reproducibly
         self.hnet = HyperNetwork(embed_dim(cfg), {k: v.shape for k, v in self.global_state.items()})
         self.embed = self.build_embedding()
-        self.optimizers = {id(m): torch.optim.Adam(m.parameters(), lr=cfg.algo("server-lr"))
-                           for m in (self.hnet, self.embed) if cfg.algo("server-opt") == "adam"}
+        self.optimizers = {name: torch.optim.Adam(getattr(self, name).parameters(), lr=cfg.algo("server-lr"))
+                           for name in ("hnet", "embed") if cfg.algo("server-opt") == "adam"}
 
     def build_embedding(self) -> torch.nn.Module:
         ds = self.dataset
@@ -153,20 +152,21 @@ class PeFLL(FedStrategy):
         if len(done) < self.cfg.min_train_nodes:
             metrics["skipped"] = 1
             return metrics
-        self.apply(self.hnet, [delta_h[p] for p in done], self.cfg.algo("lambda-h"))
+        self.apply("hnet", [delta_h[p] for p in done], self.cfg.algo("lambda-h"))
         self.update_embedding({p: delta_e[p] for p in done})
         losses = [r.metrics["train-loss"] for r in trained if r.pid in delta_e]
         metrics["train-loss"] = sum(losses) / len(losses)
         return metrics
 
     def update_embedding(self, deltas: Mapping[int, list[torch.Tensor]]) -> None:
-        self.apply(self.embed, deltas.values(), self.cfg.algo("lambda-v"))
+        self.apply("embed", deltas.values(), self.cfg.algo("lambda-v"))
 
-    def apply(self, module: torch.nn.Module, deltas: Iterable[list[torch.Tensor]], lam: float) -> None:
-        """eta <- (1 - 2 beta lambda) eta + mean_i delta_i, or Adam on -mean_i delta_i + 2 lambda eta."""
+    def apply(self, name: str, deltas: Iterable[list[torch.Tensor]], lam: float) -> None:
+        """Network ``name``: eta <- (1 - 2 beta lambda) eta + mean_i delta_i, or Adam on
+        -mean_i delta_i + 2 lambda eta."""
         mean = [torch.stack(ds).mean(0) for ds in zip(*deltas)]
-        params = list(module.parameters())
-        opt = self.optimizers.get(id(module))
+        params = list(getattr(self, name).parameters())
+        opt = self.optimizers.get(name)
         with torch.no_grad():
             if opt is None:
                 for p, d in zip(params, mean):

@@ -54,7 +54,7 @@ class PFedHN(PeFLL):
         rows = torch.tensor(sorted(deltas))
         delta = torch.zeros_like(self.embed.weight)
         delta[rows] = torch.stack([deltas[p][0] for p in sorted(deltas)])
-        opt = self.optimizers.get(id(self.embed))
+        opt = self.optimizers.get("embed")
         if opt is None:  # each embedding belongs to one client: its own delta, not a mean
             with torch.no_grad():
                 self.embed.weight.add_(delta)

@@ -3,6 +3,7 @@
 import torch
 
 from clients.fedavg import FedAvgClient
+from clients.fedrep import FedRepClient
 from clients.pefll import PeFLLClient
 from fedapp.config import parse_run_config
 from fedapp.experiment import client_data, dataset, model_for
@@ -37,8 +38,6 @@ def test_fedrep_averages_bodies_and_keeps_heads(image_config):
     seen = [p for p in range(6) if p not in strategy.unseen]
     bodies, weights = [], []
     for pid in seen:  # head steps with the body frozen, then body steps with the head frozen
-        from clients.fedrep import FedRepClient
-
         c = FedRepClient(cfg, model_for(cfg), client_data(cfg, pid))
         init = model_for(cfg).state_dict()
         out, m = c.fit({"body": {k: init[k] for k in body}}, {"server-round": 1, "lr": cfg.lr, "head-steps": 2})
