@@ -44,8 +44,9 @@ class PrecomputedPartitioner(Partitioner):
 
 
 class DirichletHsuPartitioner(PrecomputedPartitioner):
-    """Hsu et al. (2019) label skew as used by FedSMOO: client k draws a class prior
-    q_k ~ Dir(alpha * p) with p the uniform prior over the classes present, then fills N // K
+    """Hsu et al. (2019) label skew as FedSMOO uses it: client k draws a class prior
+    q_k ~ Dir(alpha, ..., alpha) (concentration alpha per class, as in FedSMOO's and FedDyn's
+    public code, so Dirichlet 0.6 / 0.1 mean what the paper's tables mean), then fills N // K
     slots by drawing a class from q_k and an example of that class WITH replacement, so every
     client has the same size and examples may repeat within and across clients."""
 
@@ -58,7 +59,7 @@ class DirichletHsuPartitioner(PrecomputedPartitioner):
         pools = np.argsort(labels, kind="stable")  # examples grouped by class, in class order
         starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
         size = len(labels) // self._num_partitions
-        priors = rng.dirichlet(np.full(len(classes), self._alpha / len(classes)), self._num_partitions)
+        priors = rng.dirichlet(np.full(len(classes), self._alpha), self._num_partitions)
         parts = []
         for q in priors:
             c = rng.choice(len(classes), size=size, p=q / q.sum())
