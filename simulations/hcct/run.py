@@ -101,7 +101,7 @@ def client_table(out: Path, spec: dict) -> str:
         if r is None:
             continue
         errs = [100 * (1 - r["client-accuracy"][str(p)]) for p in pids]
-        groups = "".join("{" + ",".join(str(p + 1) for p in g) + "}" for g in r["groups"])
+        groups = "".join("{" + ",".join(str(p + 1) for p in g) + "}" for g in r["groups"] or []) or "-"
         lines.append(f"| {method} | {groups} | " + " | ".join(f"{e:.2f}" for e in errs) + f" | {np.mean(errs):.2f} |")
     return "\n".join(lines)
 
@@ -113,13 +113,15 @@ def main() -> None:
     parser.add_argument("--methods", nargs="*")
     parser.add_argument("--seeds", nargs="*", type=int)
     parser.add_argument("--table", action="store_true", help="print the markdown table of summary.json")
+    parser.add_argument("--clients", action="store_true", help="with --table: every client's error too")
     args = parser.parse_args()
     spec = tomllib.loads(args.config.read_text())
     out = args.out or Path(__file__).parent / "results" / args.config.stem
     if args.table:
         print(table(out, spec))
-        print()
-        print(client_table(out, spec))
+        if args.clients:
+            print()
+            print(client_table(out, spec))
         return
     torch.set_num_threads(1)
     logging.getLogger("flwr").setLevel(logging.WARNING)
