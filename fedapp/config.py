@@ -40,9 +40,10 @@ class Key:
         hi = "inf" if self.high is None else self.high
         return f"a {self.type.__name__} in {'(' if self.low_open else '['}{lo}, {hi}]"
 
-    def parse(self, value: Any) -> Any:
-        """Coerce ``value`` to the key's type and check it, or raise ConfigError."""
-        fail = ConfigError(f"run config '{self.name}' = {value!r} is invalid: allowed is {self.allowed()}")
+    def parse(self, value: Any, full_name: str | None = None) -> Any:
+        """Coerce ``value`` to the key's type and check it, or raise ConfigError naming
+        ``full_name`` (the key with its algorithm prefix, when it has one)."""
+        fail = ConfigError(f"run config '{full_name or self.name}' = {value!r} is invalid: allowed is {self.allowed()}")
         if self.type is bool:
             if isinstance(value, str) and value.lower() in ("true", "false"):
                 value = value.lower() == "true"
@@ -197,7 +198,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         raise ConfigError(f"unknown run config key(s) {unknown}; known keys: {sorted(keys)}")
     values = {}
     for name, key in keys.items():
-        values[name] = key.parse(run_config[name]) if name in run_config else key.default
+        values[name] = key.parse(run_config[name], name) if name in run_config else key.default
     from fedapp.registry import algorithms
 
     spec = algorithms()[values["strategy"]]

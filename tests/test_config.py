@@ -64,3 +64,8 @@ def test_types_are_coerced():
     assert cfg.num_clients == 4 and isinstance(cfg.num_clients, int)
     assert cfg.central_eval is False
     assert {k.name for k in COMMON_KEYS} <= set(cfg.as_dict())
+
+
+def test_algorithm_key_errors_name_the_prefixed_key():
+    with pytest.raises(ConfigError, match="'fedals.alpha' = 0 is invalid"):
+        parse_run_config({"strategy": "fedals", "fedals.alpha": 0})
