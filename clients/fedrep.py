@@ -17,7 +17,7 @@ class FedRepClient(FedClient):
         super().__init__(*args, **kwargs)
         self.body, self.head = body_head_keys(self.model)
 
-    def receive(self, payload: Payload, config: dict) -> None:
+    def load_model(self, payload: Payload) -> None:
         self.load_tensors(payload["body"])
         if "head" in self.state:
             self.load_tensors(self.state["head"])
@@ -45,7 +45,7 @@ class FedRepClient(FedClient):
         return {"body": {k: v for k, v in self.model_tensors().items() if k in self.body}}
 
     def evaluate(self, payload: Payload, config: dict) -> dict[str, float]:
-        self.receive(payload, config)
+        self.load_model(payload)
         if "head" not in self.state:  # a new client: fit a fresh head on the frozen body
             self.trainable(self.head)
             seed = (self.cfg.seed * 1_000_003 + int(config["server-round"])) * 10_007 + self.data.pid

@@ -7,7 +7,7 @@ from fedapp.records import Payload
 class LocalClient(FedClient):
     """Keeps its model in ``self.state["model"]``; sends nothing back but its metrics."""
 
-    def receive(self, payload: Payload, config: dict) -> None:
+    def load_model(self, payload: Payload) -> None:
         if "model" in self.state:  # else: the seeded initial model, as every method starts from
             self.load_tensors(self.state["model"])
 
