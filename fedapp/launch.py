@@ -18,7 +18,12 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
+
+from fedapp.config import COMMON_KEYS
+
+COMMON_DEFAULTS = {k.name: k.default for k in COMMON_KEYS}
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,17 +80,25 @@ def stop_local_superlink(home: Path) -> None:
             time.sleep(0.2)
 
 
+def run_config_overrides(run_config: str) -> dict:
+    """The keys a ``--run-config`` argument sets: a TOML file's table, or ``k=v`` pairs."""
+    path = Path(run_config)
+    if run_config.endswith(".toml") and path.is_file():
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    return dict(kv.split("=", 1) for kv in shlex.split(run_config) if "=" in kv)
+
+
 def launch(run_config: str = "", num_supernodes: int | None = None, home: Path | None = None,
            port_base: int = 39190, num_cpus: int = 1, num_gpus: float = 0.0, timeout: float = 3600,
            stream: bool = True, app: Path = ROOT) -> dict:
     """Submit one run, wait for it, return its final ``flwr ls`` entry (stops the SuperLink).
 
-    ``num_supernodes`` defaults to the run config's ``num-clients`` (10 when unset).
+    ``num_supernodes`` defaults to the run config's ``num-clients`` (a TOML file's too).
     """
     home = Path(home or ROOT / ".flwr-home").resolve()
     if num_supernodes is None:
-        overrides = dict(kv.split("=", 1) for kv in shlex.split(run_config) if "=" in kv)
-        num_supernodes = int(overrides.get("num-clients", 10))
+        num_supernodes = int(run_config_overrides(run_config).get("num-clients", COMMON_DEFAULTS["num-clients"]))
     write_flower_config(home, num_supernodes, num_cpus, num_gpus)
     env = flwr_env(home, port_base)
     try:
