@@ -33,7 +33,12 @@ class FedALSClient(FedClient):
     def part(self, tensors: Tensors, keys: list[str]) -> Tensors:
         return {k: tensors[k] for k in keys}
 
-    def receive(self, payload: Payload, config: dict) -> None:
+    def load_model(self, payload: Payload) -> None:
+        """A full model as is; else the received body (a fresh average) or this client's own,
+        and the received head."""
+        if "arrays" in payload:
+            self.load_tensors(payload["arrays"])
+            return
         self.load_tensors(payload.get("body") or self.state.get("body") or {})
         self.load_tensors(payload.get("head", {}))
 
@@ -49,7 +54,7 @@ class FedALSClient(FedClient):
 
     def evaluate(self, payload: Payload, config: dict):
         if config.get("collect-body"):  # the server averages all bodies to evaluate the mean model
-            self.receive({}, config)
+            self.load_model({})
             return ({"body": self.part(self.model_tensors(), self.body_keys)},
                     {"num-examples": len(self.data.train_y)})
         return super().evaluate(payload, config)
@@ -67,9 +72,7 @@ class FedALSScaffoldClient(FedALSClient, ScaffoldClient):
     """
 
     def receive(self, payload: Payload, config: dict) -> None:
-        super().receive(payload, config)
-        if "control" not in payload:  # evaluation
-            return
+        self.load_model(payload)
         params = set(self.params)
         self.body_params = [k for k in self.body_keys if k in params]
         self.head_params = [k for k in self.head_keys if k in params]
@@ -78,7 +81,8 @@ class FedALSScaffoldClient(FedALSClient, ScaffoldClient):
             self.state["body-anchor"] = self.part(self.param_tensors(), self.body_params)
             self.state["body-steps"] = {"n": torch.tensor(0)}
         control = {**self.state["control-body"], **payload["control"]}
-        # ScaffoldClient.receive reloads the model just set and takes c, c_i and the anchor from it
+        # ScaffoldClient.receive reloads the model just set (as a full model) and takes c, c_i and
+        # the anchor from it
         ScaffoldClient.receive(self, {"arrays": self.model_tensors(), "control": control}, config)
 
     def control_lr(self, lr: float) -> float:

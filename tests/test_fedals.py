@@ -209,7 +209,7 @@ def test_simulation_files_are_valid_run_configs():
 def test_bad_settings_name_their_key():
     from fedapp.config import ConfigError
 
-    with pytest.raises(ConfigError, match="'alpha' = 0"):  # Key.parse names keys without their prefix
+    with pytest.raises(ConfigError, match="'fedals.alpha' = 0"):
         parse_run_config({"strategy": "fedals", "fedals.alpha": 0})
     with pytest.raises(ConfigError, match="'momentum' = 1.0"):
         parse_run_config({"strategy": "fedals-scaffold", "momentum": 1.0})
