@@ -64,7 +64,7 @@ def stop_local_superlink(home: Path) -> None:
     marker = str(home / "local-superlink")
 
     def pids() -> list[int]:
-        rows = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout.splitlines()
+        rows = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout.splitlines()
         return [int(pid) for pid, _, args in (r.strip().partition(" ") for r in rows)
                 if marker in args and "flower-superlink" in args]
 
@@ -101,6 +101,7 @@ def launch(run_config: str = "", num_supernodes: int | None = None, home: Path |
         num_supernodes = int(run_config_overrides(run_config).get("num-clients", COMMON_DEFAULTS["num-clients"]))
     write_flower_config(home, num_supernodes, num_cpus, num_gpus)
     env = flwr_env(home, port_base)
+    log = None
     try:
         args = ["run", str(app), "local", "--format", "json"]
         if run_config:
@@ -119,9 +120,16 @@ def launch(run_config: str = "", num_supernodes: int | None = None, home: Path |
                 raise TimeoutError(f"run {run_id} still {status['status']} after {timeout:.0f} s")
             time.sleep(1.0)
         time.sleep(1.0)  # let the log stream print the last lines
-        log.terminate()
         return status
     finally:
+        # the log follower first: a `flwr log` still running would start a new local SuperLink
+        if log is not None:
+            log.terminate()
+            try:
+                log.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                log.kill()
+                log.wait()
         stop_local_superlink(home)
 
 

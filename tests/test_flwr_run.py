@@ -2,6 +2,7 @@
 
 import json
 import subprocess
+import time
 
 from fedapp.launch import launch
 
@@ -15,8 +16,9 @@ def test_flwr_run_simulation_completes_and_writes_results(tmp_path):
     assert [r["round"] for r in doc["rounds"]] == [0, 1, 2]
     assert doc["rounds"][-1]["replies"] == 4
     assert 0.0 < doc["rounds"][-1]["fed-accuracy"] <= 1.0
-    # the launcher stopped the SuperLink it started
-    ps = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
+    # the launcher stopped the SuperLink it started, and nothing started another one since
+    time.sleep(3)
+    ps = subprocess.run(["ps", "-ww", "-eo", "args="], capture_output=True, text=True).stdout
     assert str(tmp_path / "flwr-home") not in ps
 
 
