@@ -97,7 +97,8 @@ def _strategies() -> Iterable[str]:
 COMMON_KEYS: tuple[Key, ...] = (
     Key("strategy", str, "fedavg", "Algorithm: server strategy and matching client.", _strategies),
     Key("num-server-rounds", int, 10, "Federated rounds (PeFLL: training steps).", low=1),
-    Key("num-clients", int, 10, "Clients (data partitions); the federation must have this many SuperNodes.", low=1),
+    # 2: the size of Flower's default local simulation federation, so a plain `flwr run .` works
+    Key("num-clients", int, 2, "Clients (data partitions); the federation must have this many SuperNodes.", low=1),
     Key("fraction-train", float, 1.0, "Share of the training clients sampled each round.", low=0.0, high=1.0, low_open=True),
     Key("min-train-nodes", int, 1, "Fewest valid training replies a round needs to update the model.", low=1),
     Key("fraction-evaluate", float, 1.0, "Share of clients in federated evaluation (0 turns it off).", low=0.0, high=1.0),

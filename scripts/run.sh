@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
-python -m fedapp.launch --run-config "${1:-}" ${2:+--num-supernodes "$2"}
+python -m fedapp.launch --run-config "num-clients=10 ${1:-}"

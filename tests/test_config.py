@@ -20,7 +20,7 @@ def test_defaults_parse_and_match_pyproject():
 
     assert flat(declared) == defaults()
     cfg = parse_run_config(flat(declared))
-    assert cfg.strategy == "fedavg" and cfg.num_clients == 10 and cfg.local_steps == 0
+    assert cfg.strategy == "fedavg" and cfg.num_clients == 2 and cfg.local_steps == 0
 
 
 @pytest.mark.parametrize("key,value,needle", [
