@@ -5,7 +5,9 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 . .venv/bin/activate
-python -m pip install -q --upgrade pip >/dev/null
+# pip warns about every configured package index that is absent on this machine; keep real errors
+pipq() { python -m pip "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
+pipq install -q --upgrade pip >/dev/null
 # torch first and pinned: an unpinned torch would pull several GB of CUDA packages on a CPU machine.
-python -c "import torch" 2>/dev/null || python -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
-python -m pip install -q -e ".[dev]"
+python -c "import torch" 2>/dev/null || pipq install -q "torch==${TORCH_VERSION:-2.13.0}"
+pipq install -q -e ".[dev]"
