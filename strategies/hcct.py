@@ -14,6 +14,7 @@ from flwr.serverapp import Grid
 
 from clients.hcct import HCCTClient, HCCTPClient
 from fedapp.config import ConfigError, Key, RunConfig
+from fedapp.experiment import round_lr
 from fedapp.models import body_head_keys, layer_groups
 from fedapp.records import Tensors
 from strategies.base import FedStrategy, Reply, spec_of, weighted_mean
@@ -215,25 +216,57 @@ class HCCT(FedStrategy):
 
 
 class HCCTE(HCCT):
-    """HCCT-E: the cosine similarities use only the layer whose client updates have the largest
-    variance-to-mean ratio, sum_j Var_i(g_ij) / sum_j (mean_i g_ij)^2 over the layer's entries j
-    (scale-free, so layers of different sizes compare), chosen once after the first round."""
+    """HCCT-E: the cosine similarities use only one layer, chosen once after round 1 (every client
+    has then trained once from the initial model) as the layer L with the largest score over the
+    tensors k of L among the similarity keys; g_ik are client i's update entries (w_local - w_global).
 
+    ``hcct.layer-score = "dispersion"`` (default: what the authors ran, their public code
+    github.com/hiyuchang/HCCT, main_cluster.py, cluster_metric "layer"): with the pseudo-gradients
+    p_ik = -g_ik / eta (eta the round's lr) pooled over all clients and all entries of tensor k,
+
+        score(L) = sum_{k in L} Var(p_k) / mean(p_k) = -(1/eta) sum_{k in L} Var(g_k) / mean(g_k),
+
+    Var and mean over the pooled entries (population variance), so a score is signed: a layer whose
+    pooled mean update is positive scores negative. For a Conv/Linear with bias this is the weight's
+    ratio plus the bias's ratio; a following norm layer's tensors add theirs.
+
+    ``"scale-free"`` (this project's stand-in, written while the paper could not be read offline):
+    per-entry statistics across the clients i, scale-free so that layers of different sizes compare,
+
+        score(L) = sum_j Var_i(g_ij) / sum_j (mean_i g_ij)^2   over the entries j of L.
+    """
+
+    config_keys = HCCT.config_keys + (
+        Key("layer-score", str, "dispersion", "HCCT-E layer choice: dispersion (authors' code: "
+            "Var/mean of the pooled pseudo-gradients per tensor, summed over the layer) or scale-free "
+            "(sum_j Var_i / sum_j mean_i^2).", ("dispersion", "scale-free")),
+    )
     checkpoint_attrs = ("similarity_keys",)  # added to HCCT's: the layer chosen after round 1
+
+    def layer_scores(self, server_round: int) -> dict[tuple[str, ...], float]:
+        """Each layer's score (its similarity keys -> score) from the clients' current updates."""
+        lr, scores = round_lr(self.cfg, server_round), {}
+        for layer in layer_groups(self.model):
+            keys = tuple(k for k in layer if k in self.similarity_keys)
+            if not keys:
+                continue
+            # one (clients x entries) matrix per tensor
+            g = [torch.stack([u[k].reshape(-1) for u in self.updates.values()]).double() for k in keys]
+            if self.cfg.algo("layer-score") == "scale-free":
+                g = torch.cat(g, 1)
+                score = float(g.var(0, unbiased=False).sum() / g.mean(0).square().sum().clamp_min(1e-30))
+            else:
+                score = sum(float(p.var(unbiased=False) / p.mean()) for p in (-x / lr for x in g))
+            scores[keys] = -math.inf if math.isnan(score) else score  # 0/0: a layer no client moved
+        return scores
 
     def after_first_updates(self, server_round: int) -> None:
         if server_round != 1 or len(self.updates) < 2:
             return
-        ratios = {}
-        for layer in layer_groups(self.model):
-            keys = [k for k in layer if k in self.similarity_keys]
-            if not keys:
-                continue
-            g = torch.stack([torch.cat([u[k].reshape(-1) for k in keys]).double() for u in self.updates.values()])
-            ratios[tuple(keys)] = float(g.var(0, unbiased=False).sum() / g.mean(0).square().sum().clamp_min(1e-30))
-        best = max(ratios, key=ratios.get)
-        log(INFO, "HCCT-E similarity layer %s (variance-to-mean ratios %s)", best,
-            {k[0]: round(v, 3) for k, v in ratios.items()})
+        scores = self.layer_scores(server_round)
+        best = max(scores, key=scores.get)
+        log(INFO, "HCCT-E similarity layer %s (%s layer scores %s)", best, self.cfg.algo("layer-score"),
+            {k[0]: round(v, 3) for k, v in scores.items()})
         self.similarity_keys = list(best)
 
     def extra_results(self) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -50,7 +51,7 @@ def test_hcct_p_keeps_the_head_on_the_client(small_config):
 
 
 def test_hcct_e_picks_the_layer_with_the_largest_variance_to_mean_ratio(small_config):
-    cfg = parse_run_config({**small_config, "strategy": "hcct-e"})
+    cfg = parse_run_config({**small_config, "strategy": "hcct-e", "hcct.layer-score": "scale-free"})
     strategy = HCCTE(cfg, model_for(cfg), dataset(cfg))
     init = strategy.init_state
     # two clients: they agree on every layer but fc2, where their updates point opposite ways
@@ -66,6 +67,50 @@ def test_hcct_e_picks_the_layer_with_the_largest_variance_to_mean_ratio(small_co
     assert strategy.similarity_keys == ["fc2.weight", "fc2.bias"]
     strategy.after_first_updates(2)  # chosen once
     assert strategy.similarity_keys == ["fc2.weight", "fc2.bias"]
+
+
+def test_hcct_e_dispersion_and_scale_free_scores_pick_different_layers(small_config):
+    # two clients, lr 0.1; updates g (w_local - w_global), constant unless said:
+    #   fc1: both clients alike, entries alternate -1, -5 (pooled Var/mean large; no spread across clients)
+    #   fc2: both -1 (no spread at all)
+    #   fc:  client 0 +4, client 1 +1 (clients disagree, but the pooled mean update is positive)
+    # dispersion (authors' code): sum over tensors of Var/mean of the pooled pseudo-gradients -g/lr,
+    # fc1 = 2 * 4 / 3 / 0.1 > 0 = fc2 > fc (negative); scale-free: fc = 2.25 / 6.25 > 0 = fc1 = fc2
+    def updates(cfg):
+        init = model_for(cfg).state_dict()
+        ups = []
+        for high in (4.0, 1.0):
+            u = {k: -torch.ones_like(v) for k, v in init.items()}
+            for k in ("fc1.weight", "fc1.bias"):
+                u[k] = torch.where(torch.arange(init[k].numel()) % 2 == 0, -1.0, -5.0).reshape(init[k].shape)
+            u["fc.weight"] = torch.full_like(init["fc.weight"], high)
+            u["fc.bias"] = torch.full_like(init["fc.bias"], high)
+            ups.append(u)
+        return dict(enumerate(ups))
+
+    picks = {}
+    for rule in ("dispersion", "scale-free"):
+        cfg = parse_run_config({**small_config, "strategy": "hcct-e", "lr": 0.1, "hcct.layer-score": rule})
+        strategy = HCCTE(cfg, model_for(cfg), dataset(cfg))
+        strategy.updates = updates(cfg)
+        scores = strategy.layer_scores(1)
+        strategy.after_first_updates(1)
+        picks[rule] = strategy.similarity_keys
+        if rule == "dispersion":
+            for keys, score in scores.items():
+                pooled = [np.concatenate([-u[k].numpy().ravel() / 0.1 for u in strategy.updates.values()])
+                          for k in keys]
+                assert score == pytest.approx(sum(np.var(p) / np.mean(p) for p in pooled), rel=1e-9)
+            # fc1 (200 x 60 weight, 200 bias: even sizes, so half the entries -1, half -5):
+            # pseudo-gradients 10 and 50, mean 30, variance 400, in each of the two tensors
+            assert scores["fc1.weight", "fc1.bias"] == pytest.approx(2 * 400 / 30)
+            assert scores["fc2.weight", "fc2.bias"] == 0.0  # variance 0, mean 10
+            # fc: pseudo-gradients -40 and -10, mean -25, variance 225: signed, so negative
+            assert scores["fc.weight", "fc.bias"] == pytest.approx(2 * 225 / -25)
+        else:  # per entry across the clients: variance 2.25, mean 2.5
+            assert scores == pytest.approx({("fc1.weight", "fc1.bias"): 0.0, ("fc2.weight", "fc2.bias"): 0.0,
+                                            ("fc.weight", "fc.bias"): 2.25 / 6.25})
+    assert picks == {"dispersion": ["fc1.weight", "fc1.bias"], "scale-free": ["fc.weight", "fc.bias"]}
 
 
 def test_ifca_and_flsc_clients_pick_the_lowest_loss_models(small_config):
