@@ -139,5 +139,19 @@ class FedClient:
         """Evaluate the received model on the local test split (metrics, or ``(payload, metrics)``
         when the evaluation reply carries arrays)."""
         self.load_model(payload)
+        return self.evaluate_local()
+
+    # ---- evaluation on the local test split (every client's evaluate ends here) ----------
+    def eval_classes(self) -> torch.Tensor | None:
+        """The labels predictions are restricted to at evaluation: with ``eval-mask-absent-classes``
+        on, the classes present in this client's training split (what the client knows; its test
+        split is drawn from the same distribution); otherwise None, no masking."""
+        if not self.cfg.eval_mask_absent_classes:
+            return None
+        return torch.unique(self.data.train_y)
+
+    def evaluate_local(self) -> dict[str, float]:
+        """Loss and accuracy of ``self.model`` on the local test split, label-masked when configured."""
         d = self.data
-        return evaluate(self.model, d.test_x, d.test_y, mean=d.mean, std=d.std, device=self.device)
+        return evaluate(self.model, d.test_x, d.test_y, mean=d.mean, std=d.std, device=self.device,
+                        classes=self.eval_classes())

@@ -3,7 +3,6 @@
 from clients.base import FedClient
 from fedapp.models import body_head_keys
 from fedapp.records import Payload
-from fedapp.training import evaluate
 
 
 class FedRepClient(FedClient):
@@ -51,5 +50,4 @@ class FedRepClient(FedClient):
             seed = (self.cfg.seed * 1_000_003 + int(config["server-round"])) * 10_007 + self.data.pid
             FedClient.train(self, int(config["head-steps"]), float(config["lr"]), seed)
             self.trainable(self.body + self.head)
-        d = self.data
-        return evaluate(self.model, d.test_x, d.test_y, mean=d.mean, std=d.std, device=self.device)
+        return self.evaluate_local()

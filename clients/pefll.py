@@ -23,7 +23,6 @@ from clients.base import FedClient
 from fedapp.data import prepare
 from fedapp.models import LeNet
 from fedapp.records import Payload, Tensors
-from fedapp.training import evaluate
 
 EMBEDDINGS = ("cnn", "label", "unlabeled")
 
@@ -157,5 +156,4 @@ class PeFLLClient(FedClient):
                 v = descriptor(phi, *self.batch_tensors())
             return {"v": {"v": v.cpu()}}, {"num-examples": len(self.data.train_y)}
         self.load_tensors(payload["theta"])
-        d = self.data
-        return evaluate(self.model, d.test_x, d.test_y, mean=d.mean, std=d.std, device=self.device)
+        return self.evaluate_local()

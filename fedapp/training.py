@@ -10,17 +10,38 @@ from fedapp.data import prepare
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, mean=(), std=(),
-             device: torch.device | str = "cpu", batch_size: int = 1024) -> dict[str, float]:
-    """Summed-then-averaged loss and accuracy of ``model`` on (x, y)."""
+             device: torch.device | str = "cpu", batch_size: int = 1024,
+             classes: torch.Tensor | None = None) -> dict[str, float]:
+    """Summed-then-averaged loss and accuracy of ``model`` on (x, y).
+
+    ``classes`` masks labels (run config ``eval-mask-absent-classes``; PeFLL, Table 6): the
+    logits of every class not in ``classes`` are set to -inf before the argmax and the loss, so
+    the model predicts only these classes and an example's loss is the cross-entropy of the
+    softmax over them. An example whose label is not in ``classes`` is always counted wrong (the
+    masked argmax cannot reach it) and its loss is the ordinary, unmasked cross-entropy (the
+    masked one would be infinite). ``None`` or an empty ``classes``: no masking.
+    """
     model.eval()
     n = len(y)
     if n == 0:
         return {"loss": 0.0, "accuracy": 0.0, "num-examples": 0}
+    mask_on = classes is not None and len(classes) > 0
+    keep = None  # bool over the model's classes, built from the first batch's logits
     loss = correct = 0.0
     for i in range(0, n, batch_size):
         xb = prepare(x[i:i + batch_size].to(device), mean, std)
-        yb = y[i:i + batch_size].to(device)
+        yb = y[i:i + batch_size].to(device).long()
         out = model(xb)
-        loss += F.cross_entropy(out, yb, reduction="sum").item()
-        correct += (out.argmax(1) == yb).sum().item()
+        if mask_on:
+            if keep is None:
+                keep = torch.zeros(out.shape[1], dtype=torch.bool, device=out.device)
+                keep[torch.as_tensor(classes, device=out.device).long()] = True
+            masked = out.masked_fill(~keep, float("-inf"))
+            ce = torch.where(keep[yb], F.cross_entropy(masked, yb, reduction="none"),
+                             F.cross_entropy(out, yb, reduction="none"))
+            loss += ce.sum().item()
+            correct += (masked.argmax(1) == yb).sum().item()
+        else:
+            loss += F.cross_entropy(out, yb, reduction="sum").item()
+            correct += (out.argmax(1) == yb).sum().item()
     return {"loss": loss / n, "accuracy": correct / n, "num-examples": n}

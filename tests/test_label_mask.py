@@ -1,0 +1,108 @@
+"""Label masking at evaluation (``eval-mask-absent-classes``; PeFLL, Table 6): a client's
+federated evaluation restricts predictions to the classes of its training split."""
+
+import math
+
+import pytest
+import torch
+
+from clients.fedavg import FedAvgClient
+from fedapp.config import ConfigError, parse_run_config
+from fedapp.experiment import ClientData, client_data
+from fedapp.local import run_local
+from fedapp.training import evaluate
+from tests.test_pefll import image_config  # noqa: F401  (fixture)
+
+# One row of logits per test example; the model below returns row i for input e_i.
+# Present classes {0, 1}; the largest logit is always an absent class (2 or 3).
+LOGITS = torch.tensor([
+    [2.0, 1.0, 5.0, 0.0],  # label 0: masked -> 0, right
+    [3.0, 1.0, 4.0, 0.0],  # label 1: masked -> 0, wrong
+    [0.0, 2.0, 1.0, 6.0],  # label 1: masked -> 1, right
+    [1.0, 0.0, 0.0, 3.0],  # label 2, absent from training: wrong either way, unmasked loss
+])
+TEST_Y = torch.tensor([0, 1, 1, 2])
+PRESENT = torch.tensor([0, 1])
+
+
+def table_model() -> torch.nn.Module:
+    model = torch.nn.Linear(4, 4, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(LOGITS.T)  # e_i @ W^T = LOGITS[i]
+    return model
+
+
+def test_table_model_favours_absent_classes_without_mask():
+    x = torch.eye(4)
+    assert torch.equal(table_model()(x), LOGITS)
+    m = evaluate(table_model(), x, TEST_Y)
+    assert m["accuracy"] == 0.0
+    ce = [math.log(sum(math.exp(v) for v in row)) - row[y] for row, y in zip(LOGITS.tolist(), TEST_Y.tolist())]
+    assert m["loss"] == pytest.approx(sum(ce) / 4)
+    # None and an empty class set both mean: no masking
+    assert evaluate(table_model(), x, TEST_Y, classes=torch.tensor([], dtype=torch.long)) == m
+
+
+@pytest.mark.parametrize("batch_size", [1024, 1, 3])
+def test_masked_accuracy_and_loss_by_hand(batch_size):
+    m = evaluate(table_model(), torch.eye(4), TEST_Y, classes=PRESENT, batch_size=batch_size)
+    assert m["accuracy"] == 0.5 and m["num-examples"] == 4
+    # cross-entropy over the present classes {0, 1} only; the absent label 2 over all four
+    by_hand = [
+        -math.log(math.exp(2) / (math.exp(2) + math.exp(1))),
+        -math.log(math.exp(1) / (math.exp(3) + math.exp(1))),
+        -math.log(math.exp(2) / (math.exp(0) + math.exp(2))),
+        -math.log(math.exp(0) / (math.exp(1) + math.exp(0) + math.exp(0) + math.exp(3))),
+    ]
+    assert m["loss"] == pytest.approx(sum(by_hand) / 4)
+
+
+def test_client_masks_with_its_training_classes():
+    """The client's present classes are its training labels ({0, 1} here, not the test's 2)."""
+    data = ClientData(0, torch.eye(4)[[0, 1, 0]], torch.tensor([1, 0, 1]), torch.eye(4), TEST_Y,
+                      num_classes=4, mean=(), std=(), augment=False)
+    payload = {"arrays": table_model().state_dict()}
+    on = FedAvgClient(parse_run_config({"eval-mask-absent-classes": True}), table_model(), data)
+    off = FedAvgClient(parse_run_config({}), table_model(), data)
+    assert torch.equal(on.eval_classes(), PRESENT) and off.eval_classes() is None
+    assert on.evaluate(payload, {}) == evaluate(table_model(), torch.eye(4), TEST_Y, classes=PRESENT)
+    assert off.evaluate(payload, {}) == evaluate(table_model(), torch.eye(4), TEST_Y)
+
+
+def test_key_is_a_validated_bool_off_by_default():
+    assert parse_run_config({}).eval_mask_absent_classes is False
+    assert parse_run_config({"eval-mask-absent-classes": "true"}).eval_mask_absent_classes is True
+    with pytest.raises(ConfigError, match="'eval-mask-absent-classes'"):
+        parse_run_config({"eval-mask-absent-classes": "yes"})
+
+
+@pytest.mark.parametrize("strategy,extra", [
+    ("fedavg", {"central-eval": True}),  # FedClient.evaluate, and the server's central evaluation
+    ("local", {}),  # FedClient.evaluate on the client's own model
+    ("hcct", {}),  # FedClient.evaluate on the group's model
+    ("fedrep", {"fedrep.head-steps": 2}),  # FedRepClient.evaluate (new clients fit a head first)
+    ("pefll", {}),  # PeFLLClient.evaluate
+    ("pfedhn", {"pfedhn.k": 3, "pfedhn.new-client-rounds": 2}),  # the same client, pFedHN's server
+])
+def test_masking_end_to_end_on_pathological_partition(image_config, strategy, extra):
+    """Same seed and model: masking changes only the clients' evaluation. Every client's test
+    labels are among its training labels, so a right unmasked prediction stays right (accuracy
+    can only rise) and the softmax over a subset holding the label gives a smaller loss."""
+    run_config = {**image_config, "strategy": strategy, "num-server-rounds": 2, "local-steps": 2,
+                  "fraction-train": 1.0, "fraction-evaluate": 1.0, "unseen-fraction": 0.34, **extra}
+    cfg = parse_run_config(run_config)
+    assert cfg.partition == "pathological" and cfg.partition_classes == 2
+    for pid in range(cfg.num_clients):
+        d = client_data(cfg, pid)
+        train, test = set(d.train_y.tolist()), set(d.test_y.tolist())
+        assert len(train) == 2 and test <= train
+    plain = run_local(run_config).history[-1]
+    masked = run_local({**run_config, "eval-mask-absent-classes": True}).history[-1]
+    for prefix in ("fed", "fed-seen", "fed-unseen"):
+        assert masked[f"{prefix}-accuracy"] >= plain[f"{prefix}-accuracy"], prefix
+        assert masked[f"{prefix}-loss"] < plain[f"{prefix}-loss"], prefix
+    central = [k for k in plain if k.startswith("central-")]
+    assert central or strategy != "fedavg"
+    for k in central:
+        assert masked[k] == plain[k], k
+    assert masked.get("train-loss") == plain.get("train-loss")
