@@ -5,7 +5,9 @@ import math
 import pytest
 import torch
 
-from clients.fedsam import FedSAMClient
+from clients.fedavg import FedAvgClient
+from clients.fedcm import FedCMClient
+from clients.fedsam import FedSAMClient, MoFedSAMClient
 from clients.fedsmoo import FedSMOOClient
 from fedapp.client_app import app
 from fedapp.config import parse_run_config
@@ -97,6 +99,46 @@ def test_fedcm_server_direction_by_hand():
     # w = (1 [0, 1] + 2 [0, -2]) / 3 = [0, -1]; Delta = (w_old - w) / (lr K) = [1, 2] / 1
     assert torch.allclose(strategy.global_state["w"], torch.tensor([0.0, -1.0]))
     assert torch.allclose(strategy.momentum["w"], torch.tensor([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("algo", ["fedcm", "mofedsam"])
+def test_fedcm_client_step_weight_decay_inside_alpha_by_hand(algo):
+    """Weight decay is part of g in v = alpha g + (1 - alpha) Delta: Delta already carries the
+    decay of the last round, so adding it unscaled after the mix would compound to wd / alpha."""
+    cfg = {"strategy": algo, f"{algo}.alpha": 0.25, "weight-decay": 0.1, "mofedsam.rho": 0.5}
+    client = quadratic(MoFedSAMClient if algo == "mofedsam" else FedCMClient, cfg, [3.0, 2.0])
+    client.receive({"arrays": {"w": torch.tensor([3.0, 2.0])}, "momentum": {"w": torch.tensor([1.0, -2.0])}}, {})
+    one_step(client, lr=0.1)
+    # fedcm: g = a w = [3, 4]; mofedsam: g(w + s_hat) = [3.3, 4.8] (test_sam_step_by_hand_on_quadratic).
+    # g + wd w adds [0.3, 0.2]; v = 0.25 [3.3, 4.2] + 0.75 [1, -2] = [1.575, -0.45]  (fedcm)
+    #                           v = 0.25 [3.6, 5.0] + 0.75 [1, -2] = [1.65, -0.25]   (mofedsam)
+    # (the optimizer's own decay after the mix would give v = [1.8, -0.3] and [1.875, -0.1]).
+    v = torch.tensor([1.65, -0.25]) if algo == "mofedsam" else torch.tensor([1.575, -0.45])
+    assert torch.allclose(client.model.w.detach(), torch.tensor([3.0, 2.0]) - 0.1 * v)
+
+
+def test_fedcm_step_at_its_fixed_point_is_the_plain_sgd_step():
+    """Delta = g + wd w (the fixed point of Delta <- alpha g + (1 - alpha) Delta with g regularised):
+    the FedCM step is the plain weight-decayed SGD step for any alpha, weight decay counted once."""
+    w, wd, lr = torch.tensor([3.0, 2.0]), 0.1, 0.1
+    plain = quadratic(FedAvgClient, {"weight-decay": wd}, w.tolist())
+    one_step(plain, lr)
+    for alpha in (0.1, 0.5):
+        client = quadratic(FedCMClient, {"strategy": "fedcm", "fedcm.alpha": alpha, "weight-decay": wd}, w.tolist())
+        client.receive({"arrays": {"w": w}, "momentum": {"w": A * w + wd * w}}, {})
+        one_step(client, lr)
+        assert torch.allclose(client.model.w.detach(), plain.model.w.detach()), alpha
+
+
+@pytest.mark.parametrize("algo, reference, alpha_key", [("fedcm", "fedavg", "fedcm.alpha"),
+                                                         ("mofedsam", "fedsam", "mofedsam.alpha")])
+def test_fedcm_and_mofedsam_with_alpha_one_are_fedavg_and_fedsam(small_config, algo, reference, alpha_key):
+    run_config = {**small_config, "num-server-rounds": 2, "fraction-train": 0.5, "fraction-evaluate": 0.0,
+                  "weight-decay": 0.01}
+    cm = run_local({**run_config, "strategy": algo, alpha_key: 1.0})
+    ref = run_local({**run_config, "strategy": reference})
+    for k, v in ref.global_state.items():
+        assert torch.allclose(cm.global_state[k], v, atol=1e-6), k
 
 
 def test_fedsmoo_with_rho_zero_is_feddyn(small_config):
