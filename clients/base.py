@@ -143,10 +143,10 @@ class FedClient:
 
     # ---- evaluation on the local test split (every client's evaluate ends here) ----------
     def eval_classes(self) -> torch.Tensor | None:
-        """The labels predictions are restricted to at evaluation: with ``eval-mask-absent-classes``
-        on, the classes present in this client's training split (what the client knows; its test
+        """The labels predictions are restricted to at evaluation: with ``eval-label-mask`` on,
+        the classes present in this client's training split (what the client knows; its test
         split is drawn from the same distribution); otherwise None, no masking."""
-        if not self.cfg.eval_mask_absent_classes:
+        if self.cfg.eval_label_mask == "off":
             return None
         return torch.unique(self.data.train_y)
 
@@ -154,4 +154,4 @@ class FedClient:
         """Loss and accuracy of ``self.model`` on the local test split, label-masked when configured."""
         d = self.data
         return evaluate(self.model, d.test_x, d.test_y, mean=d.mean, std=d.std, device=self.device,
-                        classes=self.eval_classes())
+                        classes=self.eval_classes(), mask=self.cfg.eval_label_mask)

@@ -104,11 +104,13 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("fraction-evaluate", float, 1.0, "Share of clients in federated evaluation (0 turns it off).", low=0.0, high=1.0),
     Key("central-eval", bool, True, "Evaluate the global model on the global test set on the server."),
     Key("eval-every", int, 1, "Evaluate every this many rounds (and after the last).", low=1),
-    Key("eval-mask-absent-classes", bool, False,
-        "Label masking (PeFLL, Table 6): in federated evaluation each client sets the logits of classes "
-        "absent from its training split to -inf before the argmax and the loss; a test example of an absent "
-        "class counts as wrong, with the unmasked cross-entropy as its loss. The server's central evaluation "
-        "on the global test set is never masked (no single client's classes apply)."),
+    Key("eval-label-mask", str, "off",
+        "Label masking (PeFLL, Table 6) in federated evaluation, by the classes present in the client's "
+        "training split: 'exclude' sets the other logits to -inf before the argmax and the loss (a test "
+        "example of an absent class counts as wrong, with the unmasked cross-entropy as its loss); 'zero' "
+        "multiplies the logits by the 0/1 presence vector, as the PeFLL authors' public code does (an absent "
+        "class can still win when every present logit is negative). The server's central evaluation on the "
+        "global test set is never masked (no single client's classes apply).", ("off", "exclude", "zero")),
     Key("dataset", str, "synthetic", "Data source name.", _datasets),
     Key("data-dir", str, "", "Directory with an ImageFolder tree or <name>.tar.gz archive; '' searches the defaults."),
     Key("synthetic-alpha", float, 1.0, "Synthetic(alpha, beta): model heterogeneity.", low=0.0),

@@ -11,15 +11,17 @@ from fedapp.data import prepare
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, mean=(), std=(),
              device: torch.device | str = "cpu", batch_size: int = 1024,
-             classes: torch.Tensor | None = None) -> dict[str, float]:
+             classes: torch.Tensor | None = None, mask: str = "exclude") -> dict[str, float]:
     """Summed-then-averaged loss and accuracy of ``model`` on (x, y).
 
-    ``classes`` masks labels (run config ``eval-mask-absent-classes``; PeFLL, Table 6): the
-    logits of every class not in ``classes`` are set to -inf before the argmax and the loss, so
-    the model predicts only these classes and an example's loss is the cross-entropy of the
-    softmax over them. An example whose label is not in ``classes`` is always counted wrong (the
-    masked argmax cannot reach it) and its loss is the ordinary, unmasked cross-entropy (the
-    masked one would be infinite). ``None`` or an empty ``classes``: no masking.
+    ``classes`` masks labels (run config ``eval-label-mask``; PeFLL, Table 6). ``mask =
+    "exclude"``: the logits of every class not in ``classes`` are set to -inf before the argmax
+    and the loss, so the model predicts only these classes and an example's loss is the
+    cross-entropy of the softmax over them; an example whose label is not in ``classes`` is always
+    counted wrong (the masked argmax cannot reach it) and its loss is the ordinary, unmasked
+    cross-entropy (the masked one would be infinite). ``mask = "zero"``: the logits are multiplied
+    by the 0/1 presence vector (the PeFLL authors' code), and argmax and loss use those.
+    ``None`` or an empty ``classes``: no masking.
     """
     model.eval()
     n = len(y)
@@ -36,10 +38,14 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, mean=(
             if keep is None:
                 keep = torch.zeros(out.shape[1], dtype=torch.bool, device=out.device)
                 keep[torch.as_tensor(classes, device=out.device).long()] = True
-            masked = out.masked_fill(~keep, float("-inf"))
-            ce = torch.where(keep[yb], F.cross_entropy(masked, yb, reduction="none"),
-                             F.cross_entropy(out, yb, reduction="none"))
-            loss += ce.sum().item()
+            if mask == "zero":
+                masked = out * keep
+                loss += F.cross_entropy(masked, yb, reduction="sum").item()
+            else:
+                masked = out.masked_fill(~keep, float("-inf"))
+                ce = torch.where(keep[yb], F.cross_entropy(masked, yb, reduction="none"),
+                                 F.cross_entropy(out, yb, reduction="none"))
+                loss += ce.sum().item()
             correct += (masked.argmax(1) == yb).sum().item()
         else:
             loss += F.cross_entropy(out, yb, reduction="sum").item()

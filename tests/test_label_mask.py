@@ -1,4 +1,4 @@
-"""Label masking at evaluation (``eval-mask-absent-classes``; PeFLL, Table 6): a client's
+"""Label masking at evaluation (``eval-label-mask``; PeFLL, Table 6): a client's
 federated evaluation restricts predictions to the classes of its training split."""
 
 import math
@@ -62,18 +62,34 @@ def test_client_masks_with_its_training_classes():
     data = ClientData(0, torch.eye(4)[[0, 1, 0]], torch.tensor([1, 0, 1]), torch.eye(4), TEST_Y,
                       num_classes=4, mean=(), std=(), augment=False)
     payload = {"arrays": table_model().state_dict()}
-    on = FedAvgClient(parse_run_config({"eval-mask-absent-classes": True}), table_model(), data)
+    on = FedAvgClient(parse_run_config({"eval-label-mask": "exclude"}), table_model(), data)
     off = FedAvgClient(parse_run_config({}), table_model(), data)
     assert torch.equal(on.eval_classes(), PRESENT) and off.eval_classes() is None
     assert on.evaluate(payload, {}) == evaluate(table_model(), torch.eye(4), TEST_Y, classes=PRESENT)
     assert off.evaluate(payload, {}) == evaluate(table_model(), torch.eye(4), TEST_Y)
 
 
-def test_key_is_a_validated_bool_off_by_default():
-    assert parse_run_config({}).eval_mask_absent_classes is False
-    assert parse_run_config({"eval-mask-absent-classes": "true"}).eval_mask_absent_classes is True
-    with pytest.raises(ConfigError, match="'eval-mask-absent-classes'"):
-        parse_run_config({"eval-mask-absent-classes": "yes"})
+def test_zero_mask_multiplies_logits_by_presence_as_the_authors_code():
+    """'zero': logits times the 0/1 presence vector; an absent class keeps logit 0 and wins
+    wherever every present logit is negative (row 1 here)."""
+    logits = torch.tensor([[2.0, 1.0, 5.0, 0.0], [-1.0, -2.0, 4.0, 0.0], [0.0, 2.0, 1.0, 6.0]])
+    model = torch.nn.Linear(3, 4, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(logits.T)
+    y = torch.tensor([0, 0, 1])
+    m = evaluate(model, torch.eye(3), y, classes=PRESENT, mask="zero")
+    zeroed = [[2.0, 1.0, 0.0, 0.0], [-1.0, -2.0, 0.0, 0.0], [0.0, 2.0, 0.0, 0.0]]
+    assert m["accuracy"] == pytest.approx(2 / 3)  # row 1 predicts class 2 (logit 0 > -1)
+    ce = [math.log(sum(math.exp(v) for v in row)) - row[t] for row, t in zip(zeroed, y.tolist())]
+    assert m["loss"] == pytest.approx(sum(ce) / 3)
+    assert evaluate(model, torch.eye(3), y, classes=PRESENT)["accuracy"] == 1.0  # 'exclude' cannot pick 2
+
+
+def test_key_is_validated_and_off_by_default():
+    assert parse_run_config({}).eval_label_mask == "off"
+    assert parse_run_config({"eval-label-mask": "zero"}).eval_label_mask == "zero"
+    with pytest.raises(ConfigError, match="'eval-label-mask'"):
+        parse_run_config({"eval-label-mask": "yes"})
 
 
 @pytest.mark.parametrize("strategy,extra", [
@@ -97,7 +113,7 @@ def test_masking_end_to_end_on_pathological_partition(image_config, strategy, ex
         train, test = set(d.train_y.tolist()), set(d.test_y.tolist())
         assert len(train) == 2 and test <= train
     plain = run_local(run_config).history[-1]
-    masked = run_local({**run_config, "eval-mask-absent-classes": True}).history[-1]
+    masked = run_local({**run_config, "eval-label-mask": "exclude"}).history[-1]
     for prefix in ("fed", "fed-seen", "fed-unseen"):
         assert masked[f"{prefix}-accuracy"] >= plain[f"{prefix}-accuracy"], prefix
         assert masked[f"{prefix}-loss"] < plain[f"{prefix}-loss"], prefix
