@@ -197,13 +197,14 @@ def test_simulation_files_are_valid_run_configs():
     from flwr.common.config import flatten_dict
 
     files = sorted((Path(__file__).parents[1] / "simulations" / "fedals").glob("*.toml"))
-    assert len(files) == 12  # Table 1 (4 datasets x non-iid/IID), Tables 2 and 3, two CPU-scale files
+    assert len(files) == 13  # Table 1 (4 datasets x non-iid/IID), Tables 2 and 3, three CPU-scale files
     for path in files:
         cfg = parse_run_config(flatten_dict(tomllib.loads(path.read_text())))  # as flwr run reads it
         assert (cfg.num_clients, cfg.local_steps, cfg.batch_size, cfg.momentum) == (5, 5, 64, 0.9), path.name
         assert cfg.partition == ("iid" if path.stem.endswith("-iid") else "label-sorted"), path.name
         assert cfg.model == ("lenet" if path.stem.startswith("cpu") else "resnet20"), path.name
-        assert cfg.num_server_rounds * cfg.local_steps == (1000 if path.stem.startswith("cpu") else 20_000)
+        iterations = 5000 if path.stem.endswith("-long") else 1000 if path.stem.startswith("cpu") else 20_000
+        assert cfg.num_server_rounds * cfg.local_steps == iterations, path.name
 
 
 def test_bad_settings_name_their_key():
