@@ -31,9 +31,14 @@ def _gram(updates: Mapping[int, np.ndarray]) -> dict[tuple[int, int], float]:
     return {(i, j): float(gram[a, b]) for a, i in enumerate(ids) for b, j in enumerate(ids)}
 
 
+Alpha = float | Mapping[int, float]  # one alpha for all clients, or alpha_i per client
+
+
 def group_utility(members: Sequence[int], updates: Mapping[int, np.ndarray] | None, sizes: Mapping[int, float],
-                  alpha: float, gram: Mapping[tuple[int, int], float] | None = None) -> float:
-    """Sum over i in G of U_i = -alpha / D_G + cos(g_i, g_G), g_G = sum_j D_j g_j / D_G.
+                  alpha: Alpha, gram: Mapping[tuple[int, int], float] | None = None) -> float:
+    """Sum over i in G of U_i = -alpha_i / D_G + cos(g_i, g_G), g_G = sum_j D_j g_j / D_G.
+
+    ``alpha`` is one number for every client or a mapping client -> alpha_i.
 
     cos(g_i, g_G) = sum_j D_j <g_i, g_j> / (|g_i| sqrt(sum_jk D_j D_k <g_j, g_k>)); a zero vector has
     cosine 0. ``gram`` (from the updates when not given) holds the inner products.
@@ -45,19 +50,20 @@ def group_utility(members: Sequence[int], updates: Mapping[int, np.ndarray] | No
     for i in members:
         norm_i = math.sqrt(max(gram[i, i], 0.0))
         dot = sum(sizes[j] * gram[i, j] for j in members)
-        total += -alpha / d_group + (dot / (norm_i * norm_g) if norm_i > 0 and norm_g > 0 else 0.0)
+        a_i = alpha[i] if isinstance(alpha, Mapping) else alpha
+        total += -a_i / d_group + (dot / (norm_i * norm_g) if norm_i > 0 and norm_g > 0 else 0.0)
     return total
 
 
 def merge_benefit(a: Sequence[int], b: Sequence[int], updates: Mapping[int, np.ndarray] | None,
-                  sizes: Mapping[int, float], alpha: float, gram: Mapping[tuple[int, int], float] | None = None) -> float:
+                  sizes: Mapping[int, float], alpha: Alpha, gram: Mapping[tuple[int, int], float] | None = None) -> float:
     """Change of the members' summed utility when groups a and b merge: S(a u b) - S(a) - S(b)."""
     gram = _gram(updates) if gram is None else gram
     return (group_utility([*a, *b], None, sizes, alpha, gram) - group_utility(a, None, sizes, alpha, gram)
             - group_utility(b, None, sizes, alpha, gram))
 
 
-def hierarchical_partition(updates: Mapping[int, np.ndarray], sizes: Mapping[int, float], alpha: float,
+def hierarchical_partition(updates: Mapping[int, np.ndarray], sizes: Mapping[int, float], alpha: Alpha,
                            trace: list | None = None) -> list[Group]:
     """Agglomerative partition of Algorithm 2, from singletons.
 
@@ -98,8 +104,9 @@ class HCCT(FedStrategy):
 
         U_i(G) = -alpha / D_G + cos(g_i, g_G),   g_G = sum_{j in G} D_j g_j / D_G,
 
-    and the pair of groups whose merge most increases the summed utility of their members is merged
-    while that increase is positive. Group G starts from w_G = sum_{j in G} D_j w_j / D_G (the members'
+    with alpha_i = alpha, or alpha_i = D_i with ``alpha-per-client`` (the authors' public code's
+    alpha = -1, which makes the data term -D_i / D_G scale-free), and the pair of groups whose merge
+    most increases the summed utility of their members is merged while that increase is positive. Group G starts from w_G = sum_{j in G} D_j w_j / D_G (the members'
     current models) and after local training takes w_G = sum_{j in G} D_j w_j^{t,K} / D_G; each
     member receives its own group's model. A newcomer trains one round alone from the initial model
     and is then placed by the same rule.
@@ -108,6 +115,8 @@ class HCCT(FedStrategy):
     config_prefix = "hcct"
     config_keys = (
         Key("alpha", float, 1000.0, "Weight of the data-size term -alpha / D_G of the client utility.", low=0.0),
+        Key("alpha-per-client", bool, False, "alpha_i = D_i, the client's own data size (the authors' public code's "
+            "alpha = -1): U_i = -D_i / D_G + cos, a data term in [-1, 0) that needs no tuning; 'alpha' is then unused."),
         Key("groups", str, "", "Fixed collaboration pattern by partition id, e.g. '0,1;2' ('' learns it)."),
     )
     checkpoint_attrs = ("models", "updates", "groups", "group_log")
@@ -155,9 +164,9 @@ class HCCT(FedStrategy):
             return [g for g in ([tuple(i for i in g if i in pool) for g in fixed]
                                 + [(i,) for i in pool if i not in placed]) if g]
         known = [pid for pid in pool if pid in self.updates]
-        groups = hierarchical_partition({pid: self.flat_update(pid) for pid in known},
-                                        {pid: self.clients[pid].num_train for pid in known},
-                                        self.cfg.algo("alpha")) if known else []
+        sizes = {pid: self.clients[pid].num_train for pid in known}
+        alpha = sizes if self.cfg.algo("alpha-per-client") else self.cfg.algo("alpha")
+        groups = hierarchical_partition({pid: self.flat_update(pid) for pid in known}, sizes, alpha) if known else []
         return sorted(groups + [(pid,) for pid in pool if pid not in self.updates], key=lambda g: g[0])
 
     def group_start(self, group: Group) -> Tensors:

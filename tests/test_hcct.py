@@ -1,6 +1,7 @@
 """HCCT: the partition rule on hand-built updates, and per-group models end to end."""
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ import clients.base
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.local import InProcessGrid, run_local
 from strategies.base import weighted_mean
-from strategies.hcct import hierarchical_partition, merge_benefit
+from strategies.hcct import group_utility, hierarchical_partition, merge_benefit
 
 
 def brute_utility_sum(members, updates, sizes, alpha):
@@ -22,7 +23,7 @@ def brute_utility_sum(members, updates, sizes, alpha):
     total = 0.0
     for i in members:
         cos = float(np.dot(updates[i], g_g) / (np.linalg.norm(updates[i]) * np.linalg.norm(g_g)))
-        total += -alpha / d_g + cos
+        total += -(alpha[i] if isinstance(alpha, dict) else alpha) / d_g + cos
     return total
 
 
@@ -95,6 +96,24 @@ def test_benefit_and_cached_greedy_match_brute_force(seed):
     # with this seed's three centres a middle alpha finds neither extreme
     groups = hierarchical_partition(updates, sizes, 300.0)
     assert 1 < len(groups) < 7
+    # alpha_i = D_i (the authors' alpha = -1): the same identities with a per-client alpha
+    a, b = (0, 1), (2, 3, 4)
+    brute = (brute_utility_sum(a + b, updates, sizes, sizes) - brute_utility_sum(a, updates, sizes, sizes)
+             - brute_utility_sum(b, updates, sizes, sizes))
+    assert merge_benefit(a, b, updates, sizes, sizes) == pytest.approx(brute, abs=1e-12)
+    assert hierarchical_partition(updates, sizes, sizes) == brute_greedy(updates, sizes, sizes)
+
+
+def test_per_client_alpha_by_hand():
+    """alpha_i = D_i: a singleton has U = -1 + 1 = 0; two clients with parallel updates and sizes
+    100, 300 merge with benefit (-100/400 + 1) + (-300/400 + 1) - 0 = 1, orthogonal ones with
+    (-1/4 + cos) + (-3/4 + cos) where cos(g_i, g_G) is 1/sqrt(10) and 3/sqrt(10): 4/sqrt(10) - 1 > 0."""
+    sizes = {0: 100.0, 1: 300.0}
+    assert group_utility([0], {0: np.array([1.0, 0.0])}, {0: 100.0}, sizes) == pytest.approx(0.0)
+    parallel = {0: np.array([1.0, 0.0]), 1: np.array([2.0, 0.0])}
+    assert merge_benefit((0,), (1,), parallel, sizes, sizes) == pytest.approx(1.0)
+    orthogonal = {0: np.array([1.0, 0.0]), 1: np.array([0.0, 1.0])}
+    assert merge_benefit((0,), (1,), orthogonal, sizes, sizes) == pytest.approx(4 / math.sqrt(10) - 1)
 
 
 def record_payloads(monkeypatch):
