@@ -15,7 +15,9 @@ class MaxFLClient(FedClient):
         return evaluate(self.model, d.train_x[:SCORE_EXAMPLES], d.train_y[:SCORE_EXAMPLES], mean=d.mean,
                         std=d.std, device=self.device)["loss"]
 
-    def receive(self, payload: Payload, config: dict) -> None:
+    def load_model(self, payload: Payload) -> None:
+        """The global model when it serves this client at least as well as its own,
+        F_i(w) <= F_i(v_i) + margin, else its own: for training and for evaluation alike."""
         self.load_tensors(payload["arrays"])
         self.joined = True
         if "local" in self.state:

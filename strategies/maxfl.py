@@ -12,7 +12,7 @@ class MaxFL(FedStrategy):
     Client i keeps a local model v_i; it joins round t only when the global model's loss on its
     training data is below its threshold, F_i(w_t) <= F_i(v_i) + margin. Joined clients train w_t
     and w_{t+1} = sum_{i joined} n_i w_i^{t,K} / sum_{i joined} n_i; the others train v_i alone.
-    Each client keeps (and is evaluated with) the model it trained last.
+    A client is evaluated with the model the same rule picks: w_t if it would join, else v_i.
     """
 
     config_prefix = "maxfl"

@@ -14,6 +14,7 @@ from fedapp.config import parse_run_config
 from fedapp.experiment import client_data, dataset, model_for
 from fedapp.local import InProcessGrid, run_local
 from fedapp.records import content_bytes, make_content
+from fedapp.training import evaluate
 from strategies.base import Reply
 from strategies.fedfa import FedFA
 from strategies.hcct import HCCTE
@@ -167,6 +168,13 @@ def test_maxfl_client_joins_only_when_the_global_model_is_good_enough(small_conf
     _, metrics = client.fit({"arrays": own}, {"server-round": 2, "lr": 0.1})
     assert metrics["joined"] == 1
     assert math.isclose(cfg.algo("margin"), 0.0)
+    # evaluation follows the same rule: a client whose own model is better is evaluated with it
+    client = MaxFLClient(cfg, model_for(cfg), client_data(cfg, 0), state={"local": own})
+    own_model = model_for(cfg)
+    own_model.load_state_dict(own)
+    d = client_data(cfg, 0)
+    by_hand = evaluate(own_model, d.test_x, d.test_y, mean=d.mean, std=d.std)
+    assert client.evaluate({"arrays": init}, {"server-round": 3}) == by_hand
 
 
 @pytest.mark.parametrize("strategy", ["ifca", "flsc", "maxfl"])
