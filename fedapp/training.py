@@ -28,26 +28,23 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, mean=(
     if n == 0:
         return {"loss": 0.0, "accuracy": 0.0, "num-examples": 0}
     mask_on = classes is not None and len(classes) > 0
-    keep = None  # bool over the model's classes, built from the first batch's logits
+    keep = None  # bool over the model's classes, built once the number of logits is known
     loss = correct = 0.0
     for i in range(0, n, batch_size):
         xb = prepare(x[i:i + batch_size].to(device), mean, std)
         yb = y[i:i + batch_size].to(device).long()
         out = model(xb)
+        ce = F.cross_entropy(out, yb, reduction="none")
         if mask_on:
             if keep is None:
                 keep = torch.zeros(out.shape[1], dtype=torch.bool, device=out.device)
                 keep[torch.as_tensor(classes, device=out.device).long()] = True
             if mask == "zero":
-                masked = out * keep
-                loss += F.cross_entropy(masked, yb, reduction="sum").item()
-            else:
-                masked = out.masked_fill(~keep, float("-inf"))
-                ce = torch.where(keep[yb], F.cross_entropy(masked, yb, reduction="none"),
-                                 F.cross_entropy(out, yb, reduction="none"))
-                loss += ce.sum().item()
-            correct += (masked.argmax(1) == yb).sum().item()
-        else:
-            loss += F.cross_entropy(out, yb, reduction="sum").item()
-            correct += (out.argmax(1) == yb).sum().item()
+                out = out * keep
+                ce = F.cross_entropy(out, yb, reduction="none")
+            else:  # an absent label keeps the unmasked loss (the masked one is infinite)
+                out = out.masked_fill(~keep, float("-inf"))
+                ce = torch.where(keep[yb], F.cross_entropy(out, yb, reduction="none"), ce)
+        loss += ce.sum().item()
+        correct += (out.argmax(1) == yb).sum().item()
     return {"loss": loss / n, "accuracy": correct / n, "num-examples": n}

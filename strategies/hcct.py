@@ -102,14 +102,15 @@ class HCCT(FedStrategy):
     with the previous round's updates g_i = w_i^{t,K} - w_{G(i)}^t: the utility of client i in
     group G is
 
-        U_i(G) = -alpha / D_G + cos(g_i, g_G),   g_G = sum_{j in G} D_j g_j / D_G,
+        U_i(G) = -alpha_i / D_G + cos(g_i, g_G),   g_G = sum_{j in G} D_j g_j / D_G,
 
     with alpha_i = alpha, or alpha_i = D_i with ``alpha-per-client`` (the authors' public code's
     alpha = -1, which makes the data term -D_i / D_G scale-free), and the pair of groups whose merge
-    most increases the summed utility of their members is merged while that increase is positive. Group G starts from w_G = sum_{j in G} D_j w_j / D_G (the members'
-    current models) and after local training takes w_G = sum_{j in G} D_j w_j^{t,K} / D_G; each
-    member receives its own group's model. A newcomer trains one round alone from the initial model
-    and is then placed by the same rule.
+    most increases the summed utility of their members is merged while that increase is positive.
+    Group G starts from w_G = sum_{j in G} D_j w_j / D_G (the members' current models) and after
+    local training takes w_G = sum_{j in G} D_j w_j^{t,K} / D_G; each member receives its own
+    group's model. A newcomer trains one round alone from the initial model and is then placed by
+    the same rule.
     """
 
     config_prefix = "hcct"
