@@ -98,7 +98,23 @@ def load(path: str | Path) -> dict[str, Any]:
         path = path / FILENAME
     if not path.is_file():
         raise ConfigError(f"run config 'resume-from' = {str(path)!r}: no checkpoint there")
-    return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        doc = torch.load(path, map_location="cpu", weights_only=False)
+        if not isinstance(doc, dict) or not {"round", "config", "attrs", "rng"} <= doc.keys():
+            raise ValueError("not a fedapp checkpoint")
+    except Exception as err:  # truncated, corrupt or foreign: unpickling raises many kinds
+        raise ConfigError(f"run config 'resume-from' = {str(path)!r}: cannot read it as a checkpoint "
+                          f"({type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''})") from None
+    return doc
+
+
+def check_compatible(doc: dict[str, Any], cfg: RunConfig, path: str | Path) -> None:
+    """Raise ConfigError when the checkpoint's run had other settings (only FREE_KEYS may differ)."""
+    old, new = doc["config"], cfg.as_dict()
+    changed = sorted(k for k in set(old) | set(new) if k not in FREE_KEYS and old.get(k) != new.get(k))
+    if changed:
+        raise ConfigError(f"run config 'resume-from' = {str(path)!r}: the checkpoint's run had other settings "
+                          f"for {', '.join(f'{k} ({old.get(k)!r} there, {new.get(k)!r} here)' for k in changed)}")
 
 
 def resume(strategy, path: str | Path) -> int:
@@ -108,11 +124,7 @@ def resume(strategy, path: str | Path) -> int:
     (only FREE_KEYS may differ).
     """
     doc = load(path)
-    old, new = doc["config"], strategy.cfg.as_dict()
-    changed = sorted(k for k in set(old) | set(new) if k not in FREE_KEYS and old.get(k) != new.get(k))
-    if changed:
-        raise ConfigError(f"run config 'resume-from' = {str(path)!r}: the checkpoint's run had other settings "
-                          f"for {', '.join(f'{k} ({old.get(k)!r} there, {new.get(k)!r} here)' for k in changed)}")
+    check_compatible(doc, strategy.cfg, path)
     for name, saved in doc["attrs"].items():
         setattr(strategy, name, _restore(getattr(strategy, name, None), saved))
     strategy.rng.bit_generator.state = doc["rng"]["numpy"]

@@ -203,7 +203,11 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     keys = all_keys()
     unknown = sorted(set(run_config) - set(keys))
     if unknown:
-        raise ConfigError(f"unknown run config key(s) {unknown}; known keys: {sorted(keys)}")
+        import difflib
+
+        hints = "; ".join(f"{k!r}: did you mean {', '.join(map(repr, close))}?" if (
+            close := difflib.get_close_matches(k, keys, n=2, cutoff=0.6)) else f"{k!r}: no such key" for k in unknown)
+        raise ConfigError(f"unknown run config key(s): {hints} (python -m fedapp list shows every key)")
     values = {}
     for name, key in keys.items():
         values[name] = key.parse(run_config[name], name) if name in run_config else key.default

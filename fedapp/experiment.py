@@ -43,6 +43,13 @@ def _partitions(name: str, data_dir: str, num_clients: int, seed: int, s_alpha: 
                              natural_ids=ds.train_client)
 
 
+def partitions(cfg: RunConfig) -> list[np.ndarray]:
+    """Every client's indices into the configured dataset's training split."""
+    return _partitions(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.seed, cfg.synthetic_alpha,
+                       cfg.synthetic_beta, cfg.partition, cfg.partition_alpha, cfg.partition_classes,
+                       cfg.partition_shards, cfg.partition_sigma)
+
+
 @dataclass
 class ClientData:
     """One client's tensors: its training split and its local test split (CPU, uint8 or float)."""
@@ -72,9 +79,7 @@ def client_data(cfg: RunConfig, pid: int, data_dir: str | None = None) -> Client
         idx = np.arange(len(ds.train_y))
     else:
         ds = dataset(cfg)
-        idx = _partitions(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.seed, cfg.synthetic_alpha,
-                          cfg.synthetic_beta, cfg.partition, cfg.partition_alpha, cfg.partition_classes,
-                          cfg.partition_shards, cfg.partition_sigma)[pid]
+        idx = partitions(cfg)[pid]
     train_idx, test_idx = local_test_split(np.asarray(idx), cfg.test_fraction, cfg.seed * 100003 + pid)
     if data_dir is not None and len(ds.test_y):  # a site's own test folder is its local test set
         train_idx, test_x, test_y = idx, ds.test_x, ds.test_y

@@ -13,24 +13,31 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
+import re
 import signal
 import subprocess
 import sys
 import time
 import tomllib
+import uuid
 from pathlib import Path
 
-from fedapp.config import COMMON_KEYS
+from fedapp.config import COMMON_KEYS, ConfigError
 
 COMMON_DEFAULTS = {k.name: k.default for k in COMMON_KEYS}
 
 ROOT = Path(__file__).resolve().parents[1]
+#: Flower's executables sit beside this interpreter: `.venv/bin/python -m fedapp.launch` works
+#: without an activated venv, and `flwr` finds `flower-superlink` there too
+BIN = Path(sys.executable).parent
+#: environment variable every process of one launch inherits, so all of them can be found
+LAUNCH_ID = "FEDAPP_LAUNCH_ID"
 
 
 def flwr_env(home: Path, port_base: int) -> dict[str, str]:
     """Environment for a private, offline Flower: own FLWR_HOME and local SuperLink ports."""
     env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", "")])
     env.update(FLWR_HOME=str(home), FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1",
                FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
                FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(port_base + 1),
@@ -51,7 +58,7 @@ def write_flower_config(home: Path, num_supernodes: int, num_cpus: int = 1, num_
 
 
 def _flwr(args: list[str], env: dict, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(["flwr", *args], env=env, cwd=ROOT, text=True, capture_output=True, **kw)
+    return subprocess.run([str(BIN / "flwr"), *args], env=env, cwd=ROOT, text=True, capture_output=True, **kw)
 
 
 def run_status(run_id: str, env: dict) -> dict:
@@ -59,90 +66,243 @@ def run_status(run_id: str, env: dict) -> dict:
     return json.loads(out.stdout)["runs"][0]
 
 
-def stop_local_superlink(home: Path) -> None:
-    """Stop the SuperLink (and its children) that flwr started for this FLWR_HOME."""
+def _processes() -> list[tuple[int, int, str]]:
+    rows = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
+    out = []
+    for row in rows.splitlines():
+        pid, ppid, args = (row.strip().split(None, 2) + [""])[:3]
+        out.append((int(pid), int(ppid), args))
+    return out
+
+
+def _has_env(pid: int, marker: str) -> bool:
+    try:
+        return marker.encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:  # gone, another user's, or no /proc
+        return False
+
+
+def launched_processes(home: Path, token: str | None = None) -> list[int]:
+    """The local SuperLink of ``home``, everything below it (SuperExec, the simulation, Ray's
+    GCS, raylet, agents and workers), and any process that inherited ``token``
+    (FEDAPP_LAUNCH_ID): Ray workers outlive their parents and end up under init."""
     marker = str(home / "local-superlink")
+    procs = _processes()
+    found = {pid for pid, _, args in procs if marker in args and "flower-superlink" in args}
+    if token:
+        found |= {pid for pid, _, _ in procs if pid != os.getpid() and _has_env(pid, f"{LAUNCH_ID}={token}")}
+    children: dict[int, list[int]] = {}
+    for pid, ppid, _ in procs:
+        children.setdefault(ppid, []).append(pid)
+    todo = list(found)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    found.discard(os.getpid())
+    return sorted(found)
 
-    def pids() -> list[int]:
-        rows = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout.splitlines()
-        return [int(pid) for pid, _, args in (r.strip().partition(" ") for r in rows)
-                if marker in args and "flower-superlink" in args]
 
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids():
+def stop_local_superlink(home: Path, token: str | None = None, grace: float = 5.0) -> None:
+    """Stop the SuperLink that flwr started for this FLWR_HOME and every process it started:
+    SIGTERM, then SIGKILL for what is left after ``grace`` s (some Ray agents ignore SIGTERM)."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        for pid in launched_processes(home, token):
             try:
-                os.killpg(os.getpgid(pid), sig)
-            except ProcessLookupError:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
                 pass
-        for _ in range(50):
-            if not pids():
+        end = time.time() + wait
+        while time.time() < end:
+            if not launched_processes(home, token):
                 return
             time.sleep(0.2)
 
 
-def run_config_overrides(run_config: str) -> dict:
-    """The keys a ``--run-config`` argument sets: a TOML file's table, or ``k=v`` pairs."""
-    path = Path(run_config)
-    if run_config.endswith(".toml") and path.is_file():
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    return dict(kv.split("=", 1) for kv in shlex.split(run_config) if "=" in kv)
+_TOKEN = re.compile(r"""(?P<key>[^\s=]+)=(?P<value>'[^']*'|"[^"]*"|\S+)|(?P<file>\S+\.toml)""")
 
 
-def launch(run_config: str = "", num_supernodes: int | None = None, home: Path | None = None,
-           port_base: int = 39190, num_cpus: int = 1, num_gpus: float = 0.0, timeout: float = 3600,
-           stream: bool = True, app: Path = ROOT) -> dict:
+def toml_value(value) -> str:
+    """A value as a TOML literal for ``flwr run --run-config``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    return repr(value)
+
+
+def run_config_overrides(run_config: str | list[str]) -> dict:
+    """The keys ``--run-config`` sets: TOML files (their tables flattened, ``a.b = 1`` as
+    ``a.b``) and ``k=v`` pairs, later ones winning, so a file can be combined with overrides:
+    ``--run-config "paper.toml num-server-rounds=5"``."""
+    from flwr.common.config import flatten_dict
+
+    values: dict = {}
+    for arg in [run_config] if isinstance(run_config, str) else run_config:
+        rest = arg
+        for m in _TOKEN.finditer(arg):
+            rest = rest.replace(m.group(0), "", 1)
+            if m.group("file"):
+                path = Path(m.group("file")).expanduser()
+                if not path.is_file():
+                    raise ConfigError(f"--run-config: no TOML file {str(path)!r}")
+                with open(path, "rb") as f:
+                    values.update(flatten_dict(tomllib.load(f)))
+                continue
+            try:
+                values[m.group("key")] = tomllib.loads(f"v = {m.group('value')}")["v"]
+            except tomllib.TOMLDecodeError:
+                raise ConfigError(f"--run-config: cannot read {m.group(0)!r}: the value must be a TOML "
+                                  "bool, number or quoted string, e.g. strategy='fedprox'") from None
+        if rest.strip():
+            raise ConfigError(f"--run-config: cannot read {rest.strip()!r}: expected key=value pairs "
+                              "or a .toml file")
+    return values
+
+
+def replot(folder: Path | None) -> None:
+    """Redraw plot.png from the rounds on disk: the run may have been stopped between redraws."""
+    from fedapp.results import plot
+
+    if folder is not None and (folder / "rounds.json").is_file():
+        doc = json.loads((folder / "rounds.json").read_text())
+        if doc["rounds"]:
+            plot(doc["rounds"], folder / "plot.png", title=f"{doc['config']['strategy']} on {doc['config']['dataset']}")
+
+
+class RunStopped(Exception):
+    """The run was stopped before it finished (Ctrl-C, SIGTERM or --timeout)."""
+
+    def __init__(self, message: str, status: dict | None, exit_code: int):
+        super().__init__(message)
+        self.status = status
+        self.exit_code = exit_code
+
+
+def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, home: Path | None = None,
+           port_base: int = 39190, num_cpus: int = 1, num_gpus: float = 0.0, timeout: float | None = None,
+           stream: bool = True, app: Path = ROOT, check: bool = True) -> dict:
     """Submit one run, wait for it, return its final ``flwr ls`` entry (stops the SuperLink).
 
-    ``num_supernodes`` defaults to the run config's ``num-clients`` (a TOML file's too).
+    ``num_supernodes`` defaults to the run config's ``num-clients`` (a TOML file's too). With
+    ``check`` the run config is validated here first (fedapp/preflight.py): a bad one raises
+    ConfigError before anything is submitted. Ctrl-C (KeyboardInterrupt) or ``timeout`` s stop
+    the run, the SuperLink and every process they started, and raise RunStopped; the results
+    written so far stay.
     """
     home = Path(home or ROOT / ".flwr-home").resolve()
+    overrides = run_config_overrides(run_config)
+    folder = None
+    if check:
+        from fedapp.preflight import check as preflight
+        from fedapp.results import run_dir
+
+        cfg = preflight(overrides)
+        # named here, so this launcher knows the run's results folder
+        overrides.setdefault("run-name", cfg.run_name or run_dir(cfg).name)
+        folder = ROOT / run_dir(cfg.replace(run_name=overrides["run-name"]))
     if num_supernodes is None:
-        num_supernodes = int(run_config_overrides(run_config).get("num-clients", COMMON_DEFAULTS["num-clients"]))
+        num_supernodes = int(overrides.get("num-clients", COMMON_DEFAULTS["num-clients"]))
     write_flower_config(home, num_supernodes, num_cpus, num_gpus)
     env = flwr_env(home, port_base)
+    # a caller may set the id to find the processes itself (the tests do)
+    token = env[LAUNCH_ID] = os.environ.get(LAUNCH_ID) or uuid.uuid4().hex
     log = None
+    run_id = None
     try:
         args = ["run", str(app), "local", "--format", "json"]
-        if run_config:
-            args += ["--run-config", run_config]
+        if overrides:
+            args += ["--run-config", " ".join(f"{k}={toml_value(v)}" for k, v in overrides.items())]
         sub = _flwr(args, env)
         try:
             run_id = json.loads(sub.stdout)["run-id"]
         except (ValueError, KeyError):
             raise RuntimeError(f"flwr run did not start a run:\n{sub.stdout}\n{sub.stderr}") from None
-        log = subprocess.Popen(["flwr", "log", run_id, "local", "--stream"], env=env, cwd=ROOT,
+        log = subprocess.Popen([str(BIN / "flwr"), "log", run_id, "local", "--stream"], env=env, cwd=ROOT,
                                stdout=None if stream else subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        deadline = time.time() + timeout
-        while (status := run_status(run_id, env))["status"].split(":")[0] != "finished":
-            if time.time() > deadline:
-                _flwr(["stop", run_id, "local"], env)
-                raise TimeoutError(f"run {run_id} still {status['status']} after {timeout:.0f} s")
-            time.sleep(1.0)
+        deadline = None if timeout is None else time.time() + timeout
+        try:
+            while (status := run_status(run_id, env))["status"].split(":")[0] != "finished":
+                if deadline is not None and time.time() > deadline:
+                    raise TimeoutError
+                time.sleep(1.0)
+        except (KeyboardInterrupt, TimeoutError) as why:
+            timed_out = isinstance(why, TimeoutError)
+            # a second Ctrl-C must not cut the cleanup short and orphan the simulation again
+            old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                _flwr(["stop", run_id, "local"], env, timeout=60)
+                status = None
+                for _ in range(10):
+                    status = run_status(run_id, env)
+                    if status["status"].startswith("finished"):
+                        break
+                    time.sleep(0.5)
+            except (subprocess.TimeoutExpired, ValueError, KeyError, IndexError):
+                status = None
+            finally:
+                signal.signal(signal.SIGINT, old)
+            what = f"timed out after {timeout:.0f} s (--timeout)" if timed_out else "interrupted"
+            replot(folder)
+            raise RunStopped(f"run {run_id} {what}: stopped it and its processes; the results so far "
+                             f"are in {folder or 'its results folder'}", status, 124 if timed_out else 130) from None
         time.sleep(1.0)  # let the log stream print the last lines
+        status["results"] = str(folder) if folder else None
         return status
     finally:
-        # the log follower first: a `flwr log` still running would start a new local SuperLink
-        if log is not None:
-            log.terminate()
-            try:
-                log.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                log.kill()
-                log.wait()
-        stop_local_superlink(home)
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            # the log follower first: a `flwr log` still running would start a new local SuperLink
+            if log is not None:
+                log.terminate()
+                try:
+                    log.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    log.kill()
+                    log.wait()
+            stop_local_superlink(home, token)
+        finally:
+            signal.signal(signal.SIGINT, old)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--run-config", default="", help="run-config overrides, as for `flwr run --run-config`")
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Ctrl-C (or SIGTERM) stops the run on the SuperLink and every process it started "
+               "(simulation, Ray) and keeps the results so far (rounds.json/csv, plot.png, checkpoint.pt); "
+               "exit status 0 completed, 1 failed, 2 bad run config, 124 timed out, 130 interrupted.")
+    p.add_argument("--run-config", action="append", default=[],
+                   help="run-config overrides, as for `flwr run --run-config` (\"k=v k2='s'\"), and/or "
+                        "TOML files; may be repeated; later values win, so a file combines with overrides")
     p.add_argument("--num-supernodes", type=int, default=None, help="default: the run config's num-clients")
     p.add_argument("--num-cpus", type=int, default=1, help="CPUs per simulated client")
     p.add_argument("--num-gpus", type=float, default=0.0, help="GPU share per simulated client")
-    p.add_argument("--timeout", type=float, default=3600)
-    a = p.parse_args()
-    status = launch(a.run_config, a.num_supernodes, num_cpus=a.num_cpus, num_gpus=a.num_gpus, timeout=a.timeout)
-    print(f"run {status['run-id']}: {status['status']} in {status['elapsed']:.1f} s")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="stop the run (like Ctrl-C) after this many seconds; default: no limit")
+    p.add_argument("--flwr-home", type=Path, default=ROOT / ".flwr-home",
+                   help="private Flower home (config.toml, local SuperLink state); default: .flwr-home here")
+    p.add_argument("--port-base", type=int, default=39190,
+                   help="the local SuperLink's HTTP API port is this + 1, its control API this + 3; "
+                        "give parallel launches different bases")
+    a = p.parse_args(argv)
+    # Ctrl-C must reach us even where the shell started us with SIGINT ignored (`cmd &`)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        status = launch(a.run_config, a.num_supernodes, home=a.flwr_home, port_base=a.port_base,
+                        num_cpus=a.num_cpus, num_gpus=a.num_gpus, timeout=a.timeout)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except RunStopped as stop:
+        print(stop, file=sys.stderr)
+        sys.exit(stop.exit_code)
+    print(f"run {status['run-id']}: {status['status']} in {status['elapsed']:.1f} s; results in {status['results']}")
     sys.exit(0 if status["status"] == "finished:completed" else 1)
 
 

@@ -42,6 +42,7 @@ class ResultsWriter:
         self.path.mkdir(parents=True, exist_ok=True)
         self.rows: list[dict[str, Any]] = list(rows or [])
         self.extra: dict[str, Any] = {}
+        self._next_plot = 0.0
 
     def add(self, row: dict[str, Any], strategy=None) -> None:
         self.rows.append(row)
@@ -61,10 +62,13 @@ class ResultsWriter:
         for row in self.rows:
             w.writerow({k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in row.items()})
         atomic_write(self.path / "rounds.csv", buf.getvalue().encode())
-
-    def close(self, strategy=None) -> None:
-        if self.rows:
+        # after every round, so a stopped run has its plot; drawing takes about 0.2-0.5 s, so
+        # when rounds are faster than that it is redrawn at most once per ten drawing times
+        last = self.rows[-1]["round"] if self.rows else 0
+        if self.rows and (time.time() >= self._next_plot or last >= self.cfg.num_server_rounds):
+            t0 = time.time()
             plot(self.rows, self.path / "plot.png", title=f"{self.cfg.strategy} on {self.cfg.dataset}")
+            self._next_plot = time.time() + 10 * (time.time() - t0)
 
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str = "") -> None:

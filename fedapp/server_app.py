@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from flwr.app import Context
-from flwr.serverapp import Grid, ServerApp
+from logging import WARNING
 
-from fedapp import checkpoint, registry
-from fedapp.config import RunConfig, parse_run_config
+from flwr.app import Context
+from flwr.common.logger import log
+from flwr.serverapp import Grid, ServerApp
+from flwr.superlink.grid import InMemoryGrid
+
+from fedapp import checkpoint, preflight, registry
+from fedapp.config import RunConfig
 from fedapp.experiment import dataset, model_for
 from fedapp.results import ResultsWriter
 
@@ -22,14 +26,15 @@ def build_strategy(cfg: RunConfig):
 def run(grid: Grid, run_config):
     """Run the configured strategy to the end, or on from ``resume-from``; returns it (its
     ``history`` holds the rows)."""
-    cfg = parse_run_config(run_config)  # bad input stops here, before any training
+    # bad input stops here, before any training; a simulation's clients share this machine and data
+    cfg = preflight.check(run_config, local=isinstance(grid, InMemoryGrid))
+    if cfg.central_eval and not len(dataset(cfg).test_y):
+        log(WARNING, "dataset %r has no test split: central evaluation is off (central-eval=false)", cfg.dataset)
+        cfg = cfg.replace(central_eval=False)
     strategy = build_strategy(cfg)
     start = checkpoint.resume(strategy, cfg.resume_from) if cfg.resume_from else 1
     writer = ResultsWriter(cfg, rows=strategy.history)
-    try:
-        strategy.start(grid, writer=writer, start_round=start)
-    finally:
-        writer.close(strategy)
+    strategy.start(grid, writer=writer, start_round=start)
     return strategy
 
 

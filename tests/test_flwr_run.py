@@ -1,10 +1,20 @@
 """One real `flwr run` simulation (Ray, local SuperLink) through the launcher."""
 
 import json
+import os
+import signal
 import subprocess
+import sys
 import time
+import uuid
+from pathlib import Path
 
-from fedapp.launch import launch
+import pytest
+
+from fedapp.config import ConfigError
+from fedapp.launch import LAUNCH_ID, launch, launched_processes
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_flwr_run_simulation_completes_and_writes_results(tmp_path):
@@ -23,5 +33,40 @@ def test_flwr_run_simulation_completes_and_writes_results(tmp_path):
 
 
 def test_flwr_run_bad_config_fails_before_training(tmp_path):
-    status = launch("model='vgg'", home=tmp_path / "flwr-home", port_base=39390, stream=False, timeout=120)
+    with pytest.raises(ConfigError, match="'model' = 'vgg'"):  # the launcher submits nothing
+        launch("model='vgg'", home=tmp_path / "flwr-home", port_base=39390, stream=False, timeout=120)
+    assert not (tmp_path / "flwr-home").exists()
+    # the ServerApp checks too: unchecked, the run is submitted and fails there
+    status = launch("model='vgg'", home=tmp_path / "flwr-home", port_base=39390, stream=False, timeout=120,
+                    check=False)
     assert status["status"] == "finished:failed"
+
+
+def test_ctrl_c_stops_the_run_and_its_processes(tmp_path):
+    """Ctrl-C on `python -m fedapp.launch` stops the run on the SuperLink and every process it
+    started (SuperExec, simulation, Ray), exits 130 and keeps the rounds so far with their plot."""
+    results, home, token = tmp_path / "results", tmp_path / "flwr-home", uuid.uuid4().hex
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedapp.launch", "--flwr-home", str(home), "--port-base", "39290",
+         "--run-config", f"num-server-rounds=1000 num-clients=2 local-steps=20 results-dir='{results}' run-name='r'"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), LAUNCH_ID: token},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rounds = results / "r" / "rounds.json"
+    try:
+        deadline = time.time() + 120
+        while not (rounds.is_file() and json.loads(rounds.read_text())["rounds"][-1]["round"] >= 1):
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()[0]
+            time.sleep(0.5)
+        assert launched_processes(home, token)  # the SuperLink and the simulation are running
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out
+    assert "interrupted" in out.splitlines()[-1]
+    assert launched_processes(home, token) == []
+    last = json.loads(rounds.read_text())["rounds"][-1]["round"]
+    time.sleep(3)  # nothing trains on: the rows stay as they were
+    assert json.loads(rounds.read_text())["rounds"][-1]["round"] == last < 1000
+    assert (results / "r" / "plot.png").stat().st_size > 0

@@ -10,13 +10,18 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import socket
 import tarfile
+import time
+from logging import INFO
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from urllib.parse import urlparse
 
 import datasets
 import numpy as np
 import torch
+from flwr.common.logger import log
 from PIL import Image
 
 from .partitioners import local_test_split
@@ -111,6 +116,9 @@ def load_dataset(
             )
         arrays = _cached(name, _fingerprint(path), lambda: _read_digit5(path))
     else:
+        if data_dir and not Path(data_dir).expanduser().is_dir():
+            raise FileNotFoundError(f"data-dir {data_dir!r} is not a directory; set it to the folder holding "
+                                    f"{name}/train/<label>/<file> or {name}.tar.gz")
         dirs = search_dirs(data_dir)
         path = _find_local(name, dirs)
         if path is not None:
@@ -224,7 +232,11 @@ def _cached(name: str, key: str, build) -> dict:
     file = cache_dir() / f"{name}-{digest}.pt"
     if file.is_file():
         return torch.load(file)
+    t0 = time.time()
+    log(INFO, "%s: decoding the dataset (once: later runs read %s)...", name, file)
     arrays = build()
+    log(INFO, "%s: decoded %d training and %d test examples in %.0f s", name, len(arrays["train_y"]),
+        len(arrays["test_y"]), time.time() - t0)
     file.parent.mkdir(parents=True, exist_ok=True)
     tmp = file.with_name(f"{file.name}.{os.getpid()}.tmp")
     torch.save(arrays, tmp)
@@ -241,9 +253,17 @@ def _pil_array(img: Image.Image) -> np.ndarray:
     return a[..., None] if a.ndim == 2 else a
 
 
-def _stack(images: list[np.ndarray], where: str) -> torch.Tensor:
-    """(N, C, H, W) uint8; grey images are widened to RGB when a set mixes both."""
-    c = max(a.shape[2] for a in images)
+def _decode(data: bytes, where: str) -> np.ndarray:
+    try:
+        return _pil_array(Image.open(io.BytesIO(data)))
+    except (OSError, ValueError) as err:  # PIL's UnidentifiedImageError is an OSError
+        raise ValueError(f"cannot decode image {where}: {err}") from None
+
+
+def _stack(images: list[np.ndarray], where: str, channels: int = 0) -> torch.Tensor:
+    """(N, C, H, W) uint8; grey images are widened to RGB when the set (or, through ``channels``,
+    the other split) mixes both."""
+    c = max([channels, *(a.shape[2] for a in images)])
     images = [np.repeat(a, c, axis=2) if a.shape[2] != c else a for a in images]
     if len({a.shape for a in images}) > 1:
         raise ValueError(f"images in {where} have different sizes; resize them to one size first")
@@ -274,16 +294,17 @@ def _read_image_tree(path: Path) -> dict:
     """Decode an ImageFolder tree/archive; labels index the sorted label folder names."""
     items = {s: [] for s in SPLITS}
     for split, label, fname, data in _iter_tree(path):
-        items[split].append((label, fname, _pil_array(Image.open(io.BytesIO(data)))))
+        items[split].append((label, fname, _decode(data, f"{path}/{split}/{label}/{fname}")))
     if not items["train"]:
         raise FileNotFoundError(f"no images under {path} in the layout train/<label>/<file>")
     names = sorted({label for s in SPLITS for label, _, _ in items[s]})
     arrays: dict = {"num_classes": len(names), "train_client": None, "test_client": None}
+    channels = max(a.shape[2] for s in SPLITS for _, _, a in items[s])  # grey and RGB splits: both RGB
     for split in SPLITS:
         rows = sorted(items[split], key=lambda r: (r[0], r[1]))
         arrays[f"{split}_y"] = torch.tensor([names.index(r[0]) for r in rows], dtype=torch.int64)
         arrays[f"{split}_x"] = (
-            _stack([r[2] for r in rows], str(path))
+            _stack([r[2] for r in rows], str(path), channels)
             if rows
             else torch.zeros((0, *arrays["train_x"].shape[1:]), dtype=torch.uint8)
         )
@@ -330,13 +351,17 @@ def channel_stats(x: torch.Tensor) -> tuple[list[float], list[float]]:
 def _read_hub(name: str, src: Source, dirs: list[Path]) -> dict:
     """Download through ``datasets`` and convert to the same tensors as a local tree."""
     try:
+        # offline, the hub client retries for tens of seconds before it gives up
+        hub = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+        socket.create_connection((hub.hostname, hub.port or 443), timeout=5).close()
         splits = datasets.load_dataset(src.hub_id, src.hub_config)
     except Exception as err:  # offline, missing package extras, gated repo...: all need the same fix
         raise FileNotFoundError(
             f"dataset {name!r} was not found locally (looked for {name}/train/ and {name}.tar.gz in: "
             f"{', '.join(map(str, dirs))}) and could not be loaded from the Hugging Face hub "
-            f"({src.hub_id}): {err!r}. Fix: pass data_dir (--data-dir) pointing at a directory holding "
-            f"{name}/train/<label>/<file> or {name}.tar.gz, set $FEDAPP_DATA, or allow hub access."
+            f"({src.hub_id}): {type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}. "
+            f"Fix: set run config data-dir='/path' to a folder holding {name}/train/<label>/<file> or "
+            f"{name}.tar.gz, set $FEDAPP_DATA, or allow hub access."
         ) from err
     train = splits["train"]
     label_feature = train.features[src.label_key]

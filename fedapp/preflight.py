@@ -1,0 +1,102 @@
+"""Checks of a run config that can fail before anything is submitted.
+
+``parse_run_config`` checks each key on its own; here the keys meet the machine, the data
+and the model: a GPU that is not there, data that cannot be found or read, partitions that
+cannot be made (more clients than examples, more classes per client than the dataset has),
+a model that cannot take the dataset's inputs, a checkpoint that cannot be read or was
+written with other settings. Every failure is a one-line ConfigError naming the key.
+``python -m fedapp.launch`` runs these before ``flwr run``; the ServerApp runs them too, so a
+plain ``flwr run .`` fails the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedapp import checkpoint
+from fedapp.config import ConfigError, RunConfig, parse_run_config
+from fedapp.data import Dataset, local_test_split, prepare, split_seen_unseen
+from fedapp.experiment import dataset, model_for, partitions
+
+
+def check_device(cfg: RunConfig) -> None:
+    """``device='cuda'`` needs CUDA on this machine (a simulation's clients run here)."""
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("run config 'device' = 'cuda' but torch finds no CUDA GPU on this machine "
+                          f"(torch {torch.__version__}); use device='auto' or 'cpu'")
+
+
+def load_data(cfg: RunConfig) -> Dataset:
+    """The configured dataset; a failure names ``data-dir`` (or ``dataset``) and the fix."""
+    try:
+        ds = dataset(cfg)
+    except (OSError, ValueError) as err:  # not found, unreadable, an image that does not decode
+        key = "data-dir" if cfg.data_dir else "dataset"
+        raise ConfigError(f"run config '{key}' = {cfg[key]!r}: {str(err).strip().splitlines()[0]}") from err
+    if len(ds.test_y) and ds.test_x.shape[1:] != ds.train_x.shape[1:]:
+        raise ConfigError(f"run config 'dataset' = {cfg.dataset!r}: its train examples have shape "
+                          f"{tuple(ds.train_x.shape[1:])} but its test examples {tuple(ds.test_x.shape[1:])}")
+    return ds
+
+
+def check_model(cfg: RunConfig, ds: Dataset) -> None:
+    """One forward pass of the configured model on two of the dataset's examples."""
+    try:
+        model = model_for(cfg, ds).eval()
+        with torch.no_grad():
+            out = model(prepare(ds.train_x[:2], ds.mean, ds.std))
+        if tuple(out.shape) != (min(2, len(ds.train_y)), ds.num_classes):
+            raise ValueError(f"it gives outputs of shape {tuple(out.shape)}")
+    except (RuntimeError, ValueError) as err:
+        first = str(err).strip().splitlines()[0]
+        raise ConfigError(f"run config 'model' = {cfg.model!r} cannot take dataset {cfg.dataset!r}'s inputs of "
+                          f"shape {ds.input_shape} ({first}); pick a model for that input (mlp, logreg take "
+                          "any shape; lenet, cnn4, resnet20, resnet18gn need images)") from None
+
+
+def check_partitions(cfg: RunConfig, ds: Dataset) -> None:
+    """The partitions can be made and every training client gets examples to train on."""
+    n_train = len(ds.train_y)
+    if cfg.num_clients > n_train:
+        raise ConfigError(f"run config 'num-clients' = {cfg.num_clients} exceeds the {n_train} training "
+                          f"examples of dataset {cfg.dataset!r}")
+    if cfg.partition == "pathological" and cfg.partition_classes > ds.num_classes:
+        raise ConfigError(f"run config 'partition-classes' = {cfg.partition_classes} exceeds the "
+                          f"{ds.num_classes} classes of dataset {cfg.dataset!r}")
+    if cfg.partition == "shards-halfnormal" and cfg.partition_shards < cfg.num_clients:
+        raise ConfigError(f"run config 'partition-shards' = {cfg.partition_shards} is less than "
+                          f"'num-clients' = {cfg.num_clients}: every client needs a shard")
+    seen = split_seen_unseen(cfg.num_clients, cfg.unseen_fraction, cfg.seed)[0]
+    if len(seen) < cfg.min_train_nodes:
+        raise ConfigError(f"run config 'unseen-fraction' = {cfg.unseen_fraction} leaves {len(seen)} training "
+                          f"client(s) of {cfg.num_clients}, fewer than 'min-train-nodes' = {cfg.min_train_nodes}")
+    try:
+        parts = partitions(cfg)
+    except (ValueError, IndexError) as err:
+        raise ConfigError(f"run config 'partition' = {cfg.partition!r} cannot split dataset {cfg.dataset!r} "
+                          f"into 'num-clients' = {cfg.num_clients}: {str(err).strip().splitlines()[0]}") from None
+    for pid in seen:
+        train, _ = local_test_split(parts[pid], cfg.test_fraction, 0)
+        if len(train) == 0:
+            raise ConfigError(f"run config 'partition' = {cfg.partition!r} with 'num-clients' = {cfg.num_clients} "
+                              f"gives client {pid} no training examples ({len(parts[pid])} in its partition); "
+                              "use fewer clients or another partition")
+
+
+def check(run_config: Mapping[str, Any], local: bool = True) -> RunConfig:
+    """Validate ``run_config`` fully, or raise ConfigError; ``local``: the clients run on this
+    machine from this run config's data (a simulation), so device and partitions are checked."""
+    cfg = parse_run_config(run_config)
+    if local:
+        check_device(cfg)
+    ds = load_data(cfg)
+    check_model(cfg, ds)
+    if local:
+        check_partitions(cfg, ds)
+    if cfg.resume_from:
+        checkpoint.check_compatible(checkpoint.load(cfg.resume_from), cfg, cfg.resume_from)
+    return cfg
