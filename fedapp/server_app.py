@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from logging import WARNING
+from logging import INFO, WARNING
 
 from flwr.app import Context
 from flwr.common.logger import log
@@ -15,6 +15,8 @@ from fedapp.experiment import dataset, model_for
 from fedapp.results import ResultsWriter
 
 app = ServerApp()
+FINAL_METRICS = ("central-accuracy", "fed-accuracy", "fed-seen-accuracy", "fed-unseen-accuracy", "central-loss",
+                 "fed-loss")
 
 
 def build_strategy(cfg: RunConfig):
@@ -33,8 +35,16 @@ def run(grid: Grid, run_config):
         cfg = cfg.replace(central_eval=False)
     strategy = build_strategy(cfg)
     start = checkpoint.resume(strategy, cfg.resume_from) if cfg.resume_from else 1
+    if cfg.resume_from:
+        log(INFO, "resuming from %s: rounds 1-%d restored, continuing with round %d of %d", cfg.resume_from,
+            start - 1, start, cfg.num_server_rounds)
     writer = ResultsWriter(cfg, rows=strategy.history)
+    log(INFO, "results: %s", writer.path.resolve())
     strategy.start(grid, writer=writer, start_round=start)
+    last = strategy.history[-1] if strategy.history else {}
+    final = ", ".join(f"{k} {last[k]:.4f}" for k in FINAL_METRICS if k in last)
+    log(INFO, "done: %d rounds in %.0f s%s; results in %s", last.get("round", 0), last.get("wall-time", 0.0),
+        f"; final {final}" if final else "", writer.path.resolve())
     return strategy
 
 

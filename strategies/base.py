@@ -455,7 +455,10 @@ class FedStrategy(Strategy):
 
     def _record(self, row: dict[str, Any], writer) -> None:
         self.history.append(row)
-        parts = [f"round {row['round']}"]
+        parts = [f"round {row['round']}/{self.cfg.num_server_rounds}"]
+        if row["round"] and row.get("wall-time"):  # elapsed, and the rest at the mean pace so far
+            left = row["wall-time"] / row["round"] * (self.cfg.num_server_rounds - row["round"])
+            parts.append(f"elapsed {row['wall-time']:.0f} s, about {left:.0f} s left")
         for key in ("train-loss", "central-accuracy", "fed-accuracy", "fed-unseen-accuracy", "train-bytes-down",
                     "train-bytes-up", "round-seconds"):
             if key in row:

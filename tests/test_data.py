@@ -37,6 +37,7 @@ def _isolated_env(tmp_path, monkeypatch):
     """Keep the user's cache and data directories out of every test."""
     monkeypatch.setenv("FEDAPP_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("FEDAPP_DATA", raising=False)
+    monkeypatch.setattr(sources, "_hub_reachable", lambda: True)  # the fake loaders stand in for the hub
 
 
 def _parts(name, seed=0, n=10, **kw):
@@ -447,4 +448,4 @@ def test_hub_unreachable_error_names_dataset_and_dirs(tmp_path, monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", offline)
     with pytest.raises(FileNotFoundError, match="cifar100") as info:
         load_dataset("cifar100", str(tmp_path))
-    assert str(tmp_path) in str(info.value) and "data_dir" in str(info.value)
+    assert str(tmp_path) in str(info.value) and "data-dir" in str(info.value)

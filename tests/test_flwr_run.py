@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fedapp.config import ConfigError
-from fedapp.launch import LAUNCH_ID, launch, launched_processes
+from fedapp.launch import BIN, LAUNCH_ID, flwr_env, launch, launched_processes, stop_local_superlink
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,3 +70,19 @@ def test_ctrl_c_stops_the_run_and_its_processes(tmp_path):
     time.sleep(3)  # nothing trains on: the rows stay as they were
     assert json.loads(rounds.read_text())["rounds"][-1]["round"] == last < 1000
     assert (results / "r" / "plot.png").stat().st_size > 0
+
+
+def test_plain_flwr_run_on_a_fresh_offline_flower_home(tmp_path):
+    """`flwr run . --stream` as the README gives it: a Flower home with no config (Flower writes its
+    default 2-node local federation), no runtime dependency installation (offline)."""
+    home, results = tmp_path / "fresh-home", tmp_path / "results"
+    env = {**flwr_env(home, 39590), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+    try:
+        out = subprocess.run([str(BIN / "flwr"), "run", ".", "--stream", "--run-config",
+                              f"num-server-rounds=1 local-steps=2 results-dir='{results}' run-name='p'"],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        stop_local_superlink(home)  # plain `flwr run` leaves its local SuperLink running
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc = json.loads((results / "p" / "rounds.json").read_text())
+    assert [r["round"] for r in doc["rounds"]] == [0, 1] and doc["rounds"][1]["replies"] == 2

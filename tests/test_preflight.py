@@ -92,11 +92,13 @@ def test_corrupt_checkpoint_names_resume_from(tmp_path):
 
 
 def test_no_test_split_turns_central_evaluation_off(tmp_path, caplog):
+    caplog.set_level("WARNING", logger="flwr")
     data = tree(tmp_path / "t", splits=("train",), per_class=4)
     strategy = run_local({"dataset": "imagefolder", "data-dir": str(data), "partition": "iid", "num-clients": 2,
                           "num-server-rounds": 1, "local-steps": 1, "results-dir": str(tmp_path / "r")})
     assert strategy.history and not any("central-accuracy" in row for row in strategy.history)
     assert all("fed-accuracy" in row for row in strategy.history[1:])
+    assert "has no test split: central evaluation is off" in caplog.text
 
 
 def test_launcher_names_a_config_error_in_one_line_within_seconds(tmp_path):

@@ -348,12 +348,20 @@ def channel_stats(x: torch.Tensor) -> tuple[list[float], list[float]]:
     return mean, std
 
 
+def _hub_reachable() -> bool:
+    hub = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        socket.create_connection((hub.hostname, hub.port or 443), timeout=5).close()
+        return True
+    except OSError:
+        return False
+
+
 def _read_hub(name: str, src: Source, dirs: list[Path]) -> dict:
     """Download through ``datasets`` and convert to the same tensors as a local tree."""
     try:
-        # offline, the hub client retries for tens of seconds before it gives up
-        hub = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-        socket.create_connection((hub.hostname, hub.port or 443), timeout=5).close()
+        if not _hub_reachable():  # offline, the hub client retries for tens of seconds
+            raise ConnectionError("the hub cannot be reached")
         splits = datasets.load_dataset(src.hub_id, src.hub_config)
     except Exception as err:  # offline, missing package extras, gated repo...: all need the same fix
         raise FileNotFoundError(
