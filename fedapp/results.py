@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fedapp import checkpoint
 from fedapp.config import RunConfig
 
@@ -43,11 +45,47 @@ class ResultsWriter:
         self.rows: list[dict[str, Any]] = list(rows or [])
         self.extra: dict[str, Any] = {}
         self._next_plot = 0.0
+        # clients.csv: a resumed run keeps the rows of the rounds its checkpoint holds, a new one none
+        last = self.rows[-1]["round"] if self.rows else -1
+        kept = [r for r in _read_csv(self.path / CLIENTS_CSV) if int(r["round"]) <= last]
+        self._client_rows: list[dict[str, Any]] = kept
+
+    def add_clients(self, server_round: int, evals) -> None:
+        """One clients.csv row per client evaluated in ``server_round``."""
+        for pid, unseen, m in sorted(evals, key=lambda e: e[0]):
+            self._client_rows.append({"round": server_round, "partition-id": pid, "client": "new" if unseen else "seen",
+                                      "accuracy": m.get("accuracy"), "loss": m.get("loss"),
+                                      "examples": int(m["num-examples"])})
+        atomic_write(self.path / CLIENTS_CSV, _csv(self._client_rows, CLIENT_COLUMNS))
+
+    def write_partition(self, labels, parts, num_classes: int) -> None:
+        """``partition.csv`` (examples per client and class) and ``partition.png``, drawn by
+        flwr-datasets' own ``plot_label_distributions``."""
+        counts = np.stack([np.bincount(labels[p], minlength=num_classes) for p in parts])
+        rows = [{"partition-id": i, **{f"class-{c}": int(n) for c, n in enumerate(row)}, "total": int(row.sum())}
+                for i, row in enumerate(counts)]
+        atomic_write(self.path / "partition.csv", _csv(rows, list(rows[0])))
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from flwr_datasets.visualization import plot_label_distributions
+
+        fig, _, _ = plot_label_distributions(_FixedPartitioner(labels, parts), "label", plot_type="bar",
+                                             legend=num_classes <= 20, verbose_labels=False,
+                                             title=f"{self.cfg.partition} partition of {self.cfg.dataset}")
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        atomic_write(self.path / "partition.png", buf.getvalue())
 
     def add(self, row: dict[str, Any], strategy=None) -> None:
         self.rows.append(row)
         if strategy is not None and hasattr(strategy, "extra_results"):
             self.extra = strategy.extra_results()
+        if strategy is not None and getattr(strategy, "client_evals", None):
+            self.add_clients(row["round"], strategy.client_evals)
+            strategy.client_evals = []
         self.flush()
         if strategy is not None and checkpoint.due(self.cfg, row["round"]):
             checkpoint.save(strategy, self.path / checkpoint.FILENAME, row["round"])
@@ -56,12 +94,7 @@ class ResultsWriter:
         doc = {"config": self.cfg.as_dict(), "rounds": self.rows, **self.extra}
         atomic_write(self.path / "rounds.json", json.dumps(doc, indent=1, default=float).encode())
         columns = list(dict.fromkeys(k for row in self.rows for k in row))
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, columns)
-        w.writeheader()
-        for row in self.rows:
-            w.writerow({k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in row.items()})
-        atomic_write(self.path / "rounds.csv", buf.getvalue().encode())
+        atomic_write(self.path / "rounds.csv", _csv(self.rows, columns))
         # after every round, so a stopped run has its plot; drawing takes about 0.2-0.5 s, so
         # when rounds are faster than that it is redrawn at most once per ten drawing times
         last = self.rows[-1]["round"] if self.rows else 0
@@ -69,6 +102,40 @@ class ResultsWriter:
             t0 = time.time()
             plot(self.rows, self.path / "plot.png", title=f"{self.cfg.strategy} on {self.cfg.dataset}")
             self._next_plot = time.time() + 10 * (time.time() - t0)
+
+
+CLIENTS_CSV = "clients.csv"
+CLIENT_COLUMNS = ["round", "partition-id", "client", "accuracy", "loss", "examples"]
+
+
+def _csv(rows: list[dict[str, Any]], columns: list[str]) -> bytes:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, columns)
+    w.writeheader()
+    for row in rows:
+        w.writerow({k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in row.items()})
+    return buf.getvalue().encode()
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+class _FixedPartitioner:
+    """Given partitions in flwr-datasets' ``Partitioner`` shape, for its visualisation."""
+
+    def __init__(self, labels, parts):
+        import datasets
+
+        self.dataset = datasets.Dataset.from_dict({"label": labels})
+        self._parts = parts
+        self.num_partitions = len(parts)
+
+    def load_partition(self, partition_id: int):
+        return self.dataset.select(self._parts[partition_id])
 
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str = "") -> None:

@@ -11,12 +11,21 @@ from flwr.superlink.grid import InMemoryGrid
 
 from fedapp import checkpoint, preflight, registry
 from fedapp.config import RunConfig
-from fedapp.experiment import dataset, model_for
+from fedapp.experiment import dataset, model_for, partitions
+from fedapp.local import InProcessGrid
 from fedapp.results import ResultsWriter
 
 app = ServerApp()
 FINAL_METRICS = ("central-accuracy", "fed-accuracy", "fed-seen-accuracy", "fed-unseen-accuracy", "central-loss",
                  "fed-loss")
+
+
+def simulated(grid: Grid) -> bool:
+    """Whether the clients run on this machine on partitions of this run config's dataset (a
+    simulation), rather than on sites with their own data and devices."""
+    if isinstance(grid, InProcessGrid):
+        return all("num-partitions" in c.node_config for c in grid.contexts.values())
+    return isinstance(grid, InMemoryGrid)
 
 
 def build_strategy(cfg: RunConfig):
@@ -29,7 +38,7 @@ def run(grid: Grid, run_config):
     """Run the configured strategy to the end, or on from ``resume-from``; returns it (its
     ``history`` holds the rows)."""
     # bad input stops here, before any training; a simulation's clients share this machine and data
-    cfg = preflight.check(run_config, local=isinstance(grid, InMemoryGrid))
+    cfg = preflight.check(run_config, local=simulated(grid))
     if cfg.central_eval and not len(dataset(cfg).test_y):
         log(WARNING, "dataset %r has no test split: central evaluation is off (central-eval=false)", cfg.dataset)
         cfg = cfg.replace(central_eval=False)
@@ -40,6 +49,8 @@ def run(grid: Grid, run_config):
             start - 1, start, cfg.num_server_rounds)
     writer = ResultsWriter(cfg, rows=strategy.history)
     log(INFO, "results: %s", writer.path.resolve())
+    if simulated(grid):
+        writer.write_partition(dataset(cfg).train_y.numpy(), partitions(cfg), dataset(cfg).num_classes)
     strategy.start(grid, writer=writer, start_round=start)
     last = strategy.history[-1] if strategy.history else {}
     final = ", ".join(f"{k} {last[k]:.4f}" for k in FINAL_METRICS if k in last)

@@ -125,6 +125,8 @@ class FedStrategy(Strategy):
         self.dropped: Counter = Counter()
         self.totals: Counter = Counter()  # traffic since round 1 (an attribute: checkpoints carry it)
         self.history: list[dict[str, Any]] = []
+        #: this round's valid evaluation replies (pid, unseen, metrics): the results' clients.csv
+        self.client_evals: list[tuple[int, bool, dict[str, float]]] = []
 
     @property
     def param_keys(self) -> list[str]:
@@ -366,6 +368,7 @@ class FedStrategy(Strategy):
                            expected: Mapping[int, None] | None = None) -> MetricRecord | None:
         """Pooled accuracy/loss over clients, per-client spread, and seen/unseen splits."""
         valid = self.parse_replies(replies, expected or dict.fromkeys(self.clients))
+        self.client_evals = [(r.pid, r.pid in self.unseen, r.metrics) for r in valid]
         if not valid:
             return None
         out: dict[str, float] = {}

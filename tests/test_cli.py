@@ -1,0 +1,83 @@
+"""python -m fedapp list / compare, and the per-client and partition files of a results folder."""
+
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+
+from fedapp.__main__ import compare, list_algorithms
+from fedapp.config import COMMON_KEYS, parse_run_config
+from fedapp.experiment import dataset, partitions
+from fedapp.local import run_local
+from fedapp.registry import algorithms
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_list_shows_every_algorithm_with_its_keys_and_defaults():
+    out = io.StringIO()
+    list_algorithms(out)
+    text = out.getvalue()
+    for name, spec in algorithms().items():
+        assert f"\n{name}  (" in f"\n{text}"
+        for key in spec.keys:
+            assert f"    {spec.prefix}.{key.name} = {key.default!r}: {key.doc}" in text
+    assert "    fedprox.proximal-mu = 0.01: Proximal coefficient mu." in text
+    assert all(f"    {k.name} = {k.default!r}: {k.doc}" in text for k in COMMON_KEYS)
+
+
+@pytest.fixture
+def two_runs(tmp_path, small_config):
+    base = {**small_config, "unseen-fraction": 0.25, "partition": "natural"}
+    run_local({**base, "run-name": "avg"})
+    run_local({**base, "run-name": "prox", "strategy": "fedprox"})
+    return tmp_path / "results"
+
+
+def test_clients_csv_holds_each_clients_evaluation(two_runs):
+    rows = json.loads((two_runs / "avg" / "rounds.json").read_text())["rounds"]
+    clients = read_csv(two_runs / "avg" / "clients.csv")
+    assert list(clients[0]) == ["round", "partition-id", "client", "accuracy", "loss", "examples"]
+    for row in rows[1:]:
+        mine = [c for c in clients if int(c["round"]) == row["round"]]
+        assert sorted(int(c["partition-id"]) for c in mine) == [0, 1, 2, 3]
+        assert sum(c["client"] == "new" for c in mine) == 1  # unseen-fraction 0.25 of 4
+        n = np.array([int(c["examples"]) for c in mine])
+        acc = np.array([float(c["accuracy"]) for c in mine])
+        assert (acc * n).sum() / n.sum() == pytest.approx(row["fed-accuracy"], abs=1e-12)
+
+
+def test_partition_csv_counts_each_clients_labels(two_runs, small_config):
+    cfg = parse_run_config({**small_config, "unseen-fraction": 0.25})
+    labels = dataset(cfg).train_y.numpy()
+    counts = read_csv(two_runs / "avg" / "partition.csv")
+    for pid, part in enumerate(partitions(cfg)):
+        expected = np.bincount(labels[part], minlength=10)
+        assert [int(counts[pid][f"class-{c}"]) for c in range(10)] == expected.tolist()
+        assert int(counts[pid]["total"]) == len(part)
+    assert (two_runs / "avg" / "partition.png").stat().st_size > 0
+
+
+def test_resumed_run_keeps_the_clients_rows_of_its_checkpoint(two_runs, small_config):
+    run_local({**small_config, "unseen-fraction": 0.25, "run-name": "avg", "num-server-rounds": 3,
+               "resume-from": str(two_runs / "avg")})
+    rounds = [int(c["round"]) for c in read_csv(two_runs / "avg" / "clients.csv")]
+    assert rounds == [1] * 4 + [2] * 4 + [3] * 4
+
+
+def test_compare_prints_one_table_and_draws_one_plot(two_runs, tmp_path):
+    out = io.StringIO()
+    rows = compare([two_runs / "avg", two_runs / "prox"], tmp_path / "cmp.png", out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].split()[:4] == ["run", "strategy", "dataset", "rounds"]
+    for name, strategy, row in zip(("avg", "prox"), ("fedavg", "fedprox"), rows):
+        final = json.loads((two_runs / name / "rounds.json").read_text())["rounds"][-1]
+        assert row["final central-accuracy"] == final["central-accuracy"]
+        assert any(line.split()[:3] == [name, strategy, "synthetic"] and f"{final['central-accuracy']:.4f}" in line
+                   for line in lines)
+    assert (tmp_path / "cmp.png").stat().st_size > 0
