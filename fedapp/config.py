@@ -137,6 +137,8 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("node-wait-timeout", float, 120.0, "Seconds to wait for num-clients nodes to connect.", low=0.0),
     Key("results-dir", str, "results", "Where each run writes its folder of results (absolute for deployments)."),
     Key("run-name", str, "", "Name of the run's results folder; '' makes strategy-dataset-timestamp."),
+    Key("tensorboard", bool, False, "Also log every round's metrics for TensorBoard under the run folder's "
+        "tensorboard/ (needs the tensorboard extra: pip install -e '.[tensorboard]')."),
     Key("state-memory-mb", float, 2048.0, "Memory for all clients' persistent state: a client whose state times num-clients exceeds it keeps it on disk (0: never).", low=0.0),
     Key("state-spill-dir", str, "", "Directory for spilled client state; '' is fedapp-state under the system's temp dir."),
     Key("checkpoint-every", int, 1, "Write the server's full state to the run folder every this many rounds (0: never).", low=0),

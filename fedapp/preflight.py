@@ -11,6 +11,7 @@ plain ``flwr run .`` fails the same way.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping
 from typing import Any
 
@@ -97,6 +98,9 @@ def check(run_config: Mapping[str, Any], local: bool = True) -> RunConfig:
     check_model(cfg, ds)
     if local:
         check_partitions(cfg, ds)
+    if cfg.tensorboard and importlib.util.find_spec("tensorboard") is None:
+        raise ConfigError("run config 'tensorboard' = true needs the tensorboard package: "
+                          "pip install -e '.[tensorboard]'")
     if cfg.resume_from:
         checkpoint.check_compatible(checkpoint.load(cfg.resume_from), cfg, cfg.resume_from)
     return cfg

@@ -49,6 +49,11 @@ class ResultsWriter:
         last = self.rows[-1]["round"] if self.rows else -1
         kept = [r for r in _read_csv(self.path / CLIENTS_CSV) if int(r["round"]) <= last]
         self._client_rows: list[dict[str, Any]] = kept
+        self.tensorboard = None
+        if cfg.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tensorboard = SummaryWriter(str(self.path / "tensorboard"), purge_step=last + 1)
 
     def add_clients(self, server_round: int, evals) -> None:
         """One clients.csv row per client evaluated in ``server_round``."""
@@ -83,6 +88,11 @@ class ResultsWriter:
         self.rows.append(row)
         if strategy is not None and hasattr(strategy, "extra_results"):
             self.extra = strategy.extra_results()
+        if self.tensorboard is not None:
+            for key, value in row.items():
+                if isinstance(value, (int, float)) and key != "round":
+                    self.tensorboard.add_scalar(key, value, row["round"])
+            self.tensorboard.flush()
         if strategy is not None and getattr(strategy, "client_evals", None):
             self.add_clients(row["round"], strategy.client_evals)
             strategy.client_evals = []

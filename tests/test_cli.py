@@ -81,3 +81,28 @@ def test_compare_prints_one_table_and_draws_one_plot(two_runs, tmp_path):
         assert any(line.split()[:3] == [name, strategy, "synthetic"] and f"{final['central-accuracy']:.4f}" in line
                    for line in lines)
     assert (tmp_path / "cmp.png").stat().st_size > 0
+
+
+def test_tensorboard_logs_each_rounds_metrics(tmp_path, small_config):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_local({**small_config, "tensorboard": True})
+    folder = tmp_path / "results" / "t"
+    rows = json.loads((folder / "rounds.json").read_text())["rounds"]
+    events = EventAccumulator(str(folder / "tensorboard"))
+    events.Reload()
+    logged = [(e.step, e.value) for e in events.Scalars("central-accuracy")]
+    assert logged == [(r["round"], pytest.approx(r["central-accuracy"], abs=1e-6)) for r in rows]
+
+
+def test_tensorboard_without_the_package_is_a_config_error(monkeypatch):
+    import importlib.util
+
+    from fedapp.config import ConfigError
+    from fedapp.preflight import check
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"'tensorboard' = true needs the tensorboard package"):
+        check({"tensorboard": True})
