@@ -106,3 +106,16 @@ def test_tensorboard_without_the_package_is_a_config_error(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))
     with pytest.raises(ConfigError, match=r"'tensorboard' = true needs the tensorboard package"):
         check({"tensorboard": True})
+
+
+def test_run_config_file_combines_with_overrides(tmp_path):
+    from fedapp.config import ConfigError
+    from fedapp.launch import run_config_overrides
+
+    (tmp_path / "s.toml").write_text('strategy = "fedprox"\nnum-server-rounds = 50\n[fedprox]\nproximal-mu = 0.1\n')
+    got = run_config_overrides([f"num-clients=10 {tmp_path / 's.toml'}", "num-server-rounds=5 run-name='a b'"])
+    assert got == {"num-clients": 10, "strategy": "fedprox", "num-server-rounds": 5, "fedprox.proximal-mu": 0.1,
+                   "run-name": "a b"}
+    for bad in ("lr=abc", "hello", str(tmp_path / "missing.toml")):
+        with pytest.raises(ConfigError, match="--run-config"):
+            run_config_overrides(bad)

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from fedapp.config import ConfigError
-from fedapp.launch import BIN, LAUNCH_ID, flwr_env, launch, launched_processes, stop_local_superlink
+from fedapp.launch import (BIN, LAUNCH_ID, RunStopped, flwr_env, launch, launched_processes,
+                           stop_local_superlink)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,3 +87,16 @@ def test_plain_flwr_run_on_a_fresh_offline_flower_home(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     doc = json.loads((results / "p" / "rounds.json").read_text())
     assert [r["round"] for r in doc["rounds"]] == [0, 1] and doc["rounds"][1]["replies"] == 2
+
+
+def test_timeout_stops_the_run_and_its_processes(tmp_path):
+    home, token = tmp_path / "flwr-home", uuid.uuid4().hex
+    os.environ[LAUNCH_ID] = token  # launch() gives its processes this id, so they can be looked for
+    try:
+        with pytest.raises(RunStopped, match="timed out after 20 s") as stop:
+            launch(f"num-server-rounds=1000 local-steps=20 results-dir='{tmp_path / 'results'}' run-name='r'",
+                   home=home, port_base=39690, stream=False, timeout=20)
+    finally:
+        del os.environ[LAUNCH_ID]
+    assert stop.value.exit_code == 124
+    assert launched_processes(home, token) == []
