@@ -231,25 +231,23 @@ def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, 
             timed_out = isinstance(why, TimeoutError)
             # a second Ctrl-C must not cut the cleanup short and orphan the simulation again
             old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            status = None
             try:
                 _flwr(["stop", run_id, "local"], env, timeout=60)
-                status = None
-                for _ in range(10):
-                    status = run_status(run_id, env)
-                    if status["status"].startswith("finished"):
-                        break
+                end = time.time() + 10
+                while time.time() < end and not (status := run_status(run_id, env))["status"].startswith("finished"):
                     time.sleep(0.5)
             except (subprocess.TimeoutExpired, ValueError, KeyError, IndexError):
-                status = None
+                pass  # the processes are stopped below either way
             finally:
                 signal.signal(signal.SIGINT, old)
             what = f"timed out after {timeout:.0f} s (--timeout)" if timed_out else "interrupted"
-            replot(folder)
-            raise RunStopped(f"run {run_id} {what}: stopped it and its processes; the results so far "
-                             f"are in {folder or 'its results folder'}", status, 124 if timed_out else 130) from None
-        time.sleep(1.0)  # let the log stream print the last lines
-        status["results"] = str(folder) if folder else None
-        return status
+            stopped = RunStopped(f"run {run_id} {what}: stopped it and its processes; the results so far "
+                                 f"are in {folder or 'its results folder'}", status, 124 if timed_out else 130)
+        else:
+            time.sleep(1.0)  # let the log stream print the last lines
+            status["results"] = str(folder) if folder else None
+            return status
     finally:
         old = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
@@ -264,6 +262,8 @@ def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, 
             stop_local_superlink(home, token)
         finally:
             signal.signal(signal.SIGINT, old)
+    replot(folder)  # nothing writes to the folder any more
+    raise stopped
 
 
 def _sigterm(signum, frame):
@@ -302,6 +302,9 @@ def main(argv: list[str] | None = None) -> None:
     except RunStopped as stop:
         print(stop, file=sys.stderr)
         sys.exit(stop.exit_code)
+    except KeyboardInterrupt:  # before a run was submitted: what had started is stopped already
+        print("interrupted before the run started", file=sys.stderr)
+        sys.exit(130)
     print(f"run {status['run-id']}: {status['status']} in {status['elapsed']:.1f} s; results in {status['results']}")
     sys.exit(0 if status["status"] == "finished:completed" else 1)
 
