@@ -3,7 +3,9 @@
 ``flwr run --stream`` exits 0 even when the run failed, and the local SuperLink it
 starts keeps running; this launcher submits the run, follows its log, reads the
 final status with ``flwr ls --run-id ID --format json``, and stops the SuperLink it
-started. Used by ``scripts/run.sh``, the tests and the benchmarks.
+started. Before submitting, it checks the run config (``fedapp/preflight.py``); on Ctrl-C,
+SIGTERM or ``--timeout`` it stops the run and every process it started. Used by
+``scripts/run.sh``, the tests and the benchmarks.
 
     python -m fedapp.launch --run-config "strategy='fedprox' num-server-rounds=5"
 """
@@ -272,7 +274,7 @@ def _sigterm(signum, frame):
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
+        prog="python -m fedapp.launch", description=__doc__.split("\n\n")[0],
         epilog="Ctrl-C (or SIGTERM) stops the run on the SuperLink and every process it started "
                "(simulation, Ray) and keeps the results so far (rounds.json/csv, plot.png, checkpoint.pt); "
                "exit status 0 completed, 1 failed, 2 bad run config, 124 timed out, 130 interrupted.")

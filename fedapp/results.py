@@ -44,7 +44,7 @@ class ResultsWriter:
         self.path.mkdir(parents=True, exist_ok=True)
         self.rows: list[dict[str, Any]] = list(rows or [])
         self.extra: dict[str, Any] = {}
-        self._next_plot = 0.0
+        self._next_plot = time.time() + 5.0  # the first plot once there is something to see
         # clients.csv: a resumed run keeps the rows of the rounds its checkpoint holds, a new one none
         last = self.rows[-1]["round"] if self.rows else -1
         kept = [r for r in _read_csv(self.path / CLIENTS_CSV) if int(r["round"]) <= last]
@@ -105,8 +105,9 @@ class ResultsWriter:
         atomic_write(self.path / "rounds.json", json.dumps(doc, indent=1, default=float).encode())
         columns = list(dict.fromkeys(k for row in self.rows for k in row))
         atomic_write(self.path / "rounds.csv", _csv(self.rows, columns))
-        # after every round, so a stopped run has its plot; drawing takes about 0.2-0.5 s, so
-        # when rounds are faster than that it is redrawn at most once per ten drawing times
+        # after every round, so a stopped run has its plot; drawing takes about 0.2-0.5 s, so it
+        # waits for the first 5 s of the run and then at most once per ten drawing times (and
+        # always after the last round): short runs draw once
         last = self.rows[-1]["round"] if self.rows else 0
         if self.rows and (time.time() >= self._next_plot or last >= self.cfg.num_server_rounds):
             t0 = time.time()

@@ -93,9 +93,9 @@ def test_timeout_stops_the_run_and_its_processes(tmp_path):
     home, token = tmp_path / "flwr-home", uuid.uuid4().hex
     os.environ[LAUNCH_ID] = token  # launch() gives its processes this id, so they can be looked for
     try:
-        with pytest.raises(RunStopped, match="timed out after 20 s") as stop:
+        with pytest.raises(RunStopped, match="timed out after 10 s") as stop:
             launch(f"num-server-rounds=1000 local-steps=20 results-dir='{tmp_path / 'results'}' run-name='r'",
-                   home=home, port_base=39690, stream=False, timeout=20)
+                   home=home, port_base=39690, stream=False, timeout=10)
     finally:
         del os.environ[LAUNCH_ID]
     assert stop.value.exit_code == 124
