@@ -233,7 +233,7 @@ def _cached(name: str, key: str, build) -> dict:
     if file.is_file():
         return torch.load(file)
     t0 = time.time()
-    log(INFO, "%s: decoding the dataset (once: later runs read %s)...", name, file)
+    log(INFO, "%s: reading and decoding the dataset (once: later runs read %s)...", name, file)
     arrays = build()
     log(INFO, "%s: decoded %d training and %d test examples in %.0f s", name, len(arrays["train_y"]),
         len(arrays["test_y"]), time.time() - t0)
