@@ -25,7 +25,7 @@ BASE_ATTRS = ("global_state", "totals", "history")
 #: run-config keys a resumed run may change: they set where, how long and on what it runs,
 #: not what is computed
 FREE_KEYS = frozenset({"num-server-rounds", "resume-from", "run-name", "results-dir", "checkpoint-every",
-                       "round-timeout", "node-wait-timeout", "device", "fault-fraction", "fault-kind"})
+                       "round-timeout", "node-wait-timeout", "device", "fault-fraction", "fault-kind", "tensorboard"})
 
 
 def attrs_of(strategy) -> list[str]:
