@@ -119,3 +119,15 @@ def test_run_config_file_combines_with_overrides(tmp_path):
     for bad in ("lr=abc", "hello", str(tmp_path / "missing.toml")):
         with pytest.raises(ConfigError, match="--run-config"):
             run_config_overrides(bad)
+
+
+@pytest.mark.parametrize("status, code", [("finished:completed", 0), ("finished:failed", 1), ("finished:stopped", 1)])
+def test_launcher_exit_status_follows_the_runs_final_status(monkeypatch, capsys, status, code):
+    import fedapp.launch
+
+    monkeypatch.setattr(fedapp.launch, "launch", lambda *a, **kw: {"run-id": "7", "status": status, "elapsed": 1.0,
+                                                                     "results": "results/r"})
+    with pytest.raises(SystemExit) as done:
+        fedapp.launch.main([])
+    assert done.value.code == code
+    assert capsys.readouterr().out == f"run 7: {status} in 1.0 s; results in results/r\n"
