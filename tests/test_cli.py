@@ -125,6 +125,7 @@ def test_run_config_file_combines_with_overrides(tmp_path):
 def test_launcher_exit_status_follows_the_runs_final_status(monkeypatch, capsys, status, code):
     import fedapp.launch
 
+    monkeypatch.setattr(fedapp.launch.signal, "signal", lambda *a: None)  # keep pytest's handlers
     monkeypatch.setattr(fedapp.launch, "launch", lambda *a, **kw: {"run-id": "7", "status": status, "elapsed": 1.0,
                                                                      "results": "results/r"})
     with pytest.raises(SystemExit) as done:
