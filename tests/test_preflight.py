@@ -101,12 +101,16 @@ def test_no_test_split_turns_central_evaluation_off(tmp_path, caplog):
     assert "has no test split: central evaluation is off" in caplog.text
 
 
-def test_launcher_names_a_config_error_in_one_line_within_seconds(tmp_path):
-    # the floor: importing torch, datasets and Flower, which any check needs (about 5 s on an idle
-    # 2-core machine, several times that when other jobs load it)
+@pytest.fixture(scope="module")
+def floor() -> float:
+    """Seconds to import torch, datasets and Flower, which any check needs (about 5 s on an idle
+    2-core machine, several times that when other jobs load it)."""
     t0 = time.time()
     subprocess.run([sys.executable, "-c", "import torch, datasets, flwr.serverapp"], check=True)
-    floor = time.time() - t0
+    return time.time() - t0
+
+
+def test_launcher_names_a_config_error_in_one_line_within_seconds(tmp_path, floor):
     t0 = time.time()
     out = subprocess.run([sys.executable, "-m", "fedapp.launch", "--flwr-home", str(tmp_path / "h"), "--run-config",
                           "partition='pathological' partition-classes=11"],
@@ -127,10 +131,7 @@ def _set_up() -> bool:
 
 
 @pytest.mark.skipif(not _set_up(), reason="scripts/setup.sh has not set up .venv for this checkout")
-def test_run_sh_names_a_config_error_in_one_line_within_seconds():
-    t0 = time.time()
-    subprocess.run([sys.executable, "-c", "import torch, datasets, flwr.serverapp"], check=True)
-    floor = time.time() - t0
+def test_run_sh_names_a_config_error_in_one_line_within_seconds(floor):
     t0 = time.time()
     out = subprocess.run(["bash", "scripts/run.sh", "lrr=0.1"], cwd=ROOT, capture_output=True, text=True)
     elapsed = time.time() - t0
