@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from fedapp.config import ConfigError, RunConfig
+from fedapp.config import ConfigError, RunConfig, defaults
 
 FILENAME = "checkpoint.pt"
 #: base attributes every strategy has; algorithms add theirs with ``checkpoint_attrs``
@@ -108,7 +108,8 @@ def resume(strategy, path: str | Path) -> int:
     (only FREE_KEYS may differ).
     """
     doc = load(path)
-    old, new = doc["config"], strategy.cfg.as_dict()
+    # a key added to fedapp since the checkpoint was written had its default there
+    old, new = {**defaults(), **doc["config"]}, strategy.cfg.as_dict()
     changed = sorted(k for k in set(old) | set(new) if k not in FREE_KEYS and old.get(k) != new.get(k))
     if changed:
         raise ConfigError(f"run config 'resume-from' = {str(path)!r}: the checkpoint's run had other settings "
