@@ -21,7 +21,7 @@ from fedapp.config import ConfigError, RunConfig, defaults
 
 FILENAME = "checkpoint.pt"
 #: base attributes every strategy has; algorithms add theirs with ``checkpoint_attrs``
-BASE_ATTRS = ("global_state", "totals", "history")
+BASE_ATTRS = ("global_state", "totals", "history", "run_key")
 #: run-config keys a resumed run may change: they set where, how long and on what it runs,
 #: not what is computed
 FREE_KEYS = frozenset({"num-server-rounds", "resume-from", "run-name", "results-dir", "checkpoint-every",

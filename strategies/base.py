@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -148,6 +149,9 @@ class FedStrategy(Strategy):
         self.sent: dict[int, RecordDict] = {}  # node id -> the content sent in the current exchange
         self.references: dict[int, tuple[ArrayRecord, Tensors]] = {}  # decoded sent records, by id
         self.refused: dict[int, int] = {}  # node id -> the partition id it claimed that another node serves
+        # names this run's client state at the sites (every message carries it); a checkpoint keeps
+        # it, so only a run resumed from this one's checkpoint finds that state
+        self.run_key = f"{cfg.run_name or cfg.strategy}-{uuid.uuid4().hex[:12]}"
 
     @property
     def param_keys(self) -> list[str]:
@@ -409,6 +413,10 @@ class FedStrategy(Strategy):
 
     # ---- Flower Strategy API ---------------------------------------------------------
     def messages(self, contents: Mapping[int, RecordDict], message_type: str) -> list[Message]:
+        for c in contents.values():
+            if "config" not in c.config_records:
+                c["config"] = ConfigRecord({})
+            c["config"]["run-key"] = self.run_key
         return [Message(c, dst_node_id=self.clients[pid].node_id, message_type=message_type)
                 for pid, c in contents.items()]
 

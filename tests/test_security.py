@@ -3,6 +3,7 @@ do to a run (robust aggregation in strategies/base.py, attacks in fedapp/faults.
 
 from __future__ import annotations
 
+import json
 import logging
 
 import numpy as np
@@ -13,7 +14,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, Met
 from fedapp.client_app import app
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.faults import INFLATED, faulty_partitions
-from fedapp.local import InProcessGrid
+from fedapp.local import InProcessGrid, run_local
 from fedapp.server_app import build_strategy
 from strategies.base import ClientInfo, Reply
 from test_reliability import _reference, config, image_tree, run, same_rows, strategies, tensors  # noqa: F401
@@ -157,3 +158,20 @@ def test_duplicate_partition_claim_is_refused(config, caplog):
     assert [r["replies"] for r in strategy.history[1:]] == [2, 2, 2]
     refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert refusals == ["node 103 refused: it claims partition 0, which node 101 serves"]
+
+
+def test_results_are_never_overwritten(config, tmp_path, monkeypatch):
+    """A second run with the same run-name writes to run-name-2; the first run's files stay as
+    they were, and it can still be resumed in its own folder."""
+    monkeypatch.setattr("fedapp.results.plot", lambda *a, **kw: None)
+    base = config("fedavg", **{"num-clients": 4, "checkpoint-every": 1})
+    run_local(base)
+    first = tmp_path / "results" / "r"
+    before = {p.name: p.read_bytes() for p in first.iterdir()}
+    run_local({**base, "lr": 0.1})
+    assert {p.name: p.read_bytes() for p in first.iterdir()} == before
+    second = json.loads((tmp_path / "results" / "r-2" / "rounds.json").read_text())
+    assert second["config"]["lr"] == 0.1
+    resumed = run_local({**base, "num-server-rounds": 3, "resume-from": str(first)})
+    assert [r["round"] for r in json.loads((first / "rounds.json").read_text())["rounds"]] == [0, 1, 2, 3]
+    assert resumed.history[-1]["round"] == 3 and not (tmp_path / "results" / "r-3").exists()
