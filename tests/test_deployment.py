@@ -207,7 +207,7 @@ def test_fedavg_run_completes_on_the_registered_sites(federation, tmp_path):
     rows = rounds(results)
     assert [r["round"] for r in rows] == [0, 1]
     assert rows[1]["replies"] == 1 and rows[1]["dropped-replies"] == 0 and rows[1]["train-loss"] > 0
-    assert (federation.root / "state" / "site-a" / "fedavg-fedavg-p0.pt").exists()
+    assert list((federation.root / "state" / "site-a").glob("fedavg-*-fedavg-p0.pt"))  # <run-key>-<strategy>-p<pid>
 
 
 def test_scaffold_run_keeps_client_state_across_a_supernode_restart(federation, tmp_path):
