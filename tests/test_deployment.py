@@ -253,7 +253,7 @@ def test_scaffold_run_keeps_client_state_across_a_supernode_restart(federation, 
 
 def test_unregistered_supernode_is_refused(federation):
     node = federation.supernode("site-d")
-    assert node.wait(timeout=120) != 0
+    assert node.wait(timeout=120) == 1  # docs/deployment.md: exit status 1
     log = federation.log("site-d")
     assert "Failed to initialize the connection to the SuperLink" in log and "Failed to activate SuperNode" in log
     assert "Receiving" not in log

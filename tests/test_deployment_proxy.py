@@ -48,7 +48,8 @@ def test_stranger_cannot_reach_the_control_api(tmp_path):
         fed.start("superlink", [
             "flower-superlink", "--ssl-ca-certfile", str(fed.creds / "ca.crt"),
             "--ssl-certfile", str(fed.creds / "server.pem"), "--ssl-keyfile", str(fed.creds / "server.key"),
-            "--enable-supernode-auth", "--host", "127.0.0.1", "--port", str(fed.port)])
+            "--enable-supernode-auth", "--disable-runtime-dependency-installation", "--host", "127.0.0.1",
+            "--port", str(fed.port)])
         (tmp_path / "proxy").mkdir()
         fed.start("proxy", [sys.executable, str(ROOT / "scripts" / "fleet_proxy.py"), "--listen",
                             f"127.0.0.1:{public}", "--superlink", f"127.0.0.1:{fed.port}", "--creds",
