@@ -17,4 +17,6 @@ if [ -z "${FEDAPP_NO_NGINX:-}" ] && ! command -v nginx >/dev/null && [ ! -x /usr
         && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nginx >/dev/null \
         || echo "setup: nginx not installed; tests/test_deployment_proxy.py will be skipped" >&2
+    # Debian starts a default site on port 80 where systemd runs; fleet_proxy.py runs its own nginx
+    if command -v systemctl >/dev/null; then systemctl disable --now nginx >/dev/null 2>&1 || true; fi
 fi
