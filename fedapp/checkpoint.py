@@ -17,11 +17,11 @@ from typing import Any
 
 import torch
 
-from fedapp.config import ConfigError, RunConfig
+from fedapp.config import ConfigError, RunConfig, defaults
 
 FILENAME = "checkpoint.pt"
 #: base attributes every strategy has; algorithms add theirs with ``checkpoint_attrs``
-BASE_ATTRS = ("global_state", "totals", "history")
+BASE_ATTRS = ("global_state", "totals", "history", "run_key")
 #: run-config keys a resumed run may change: they set where, how long and on what it runs,
 #: not what is computed
 FREE_KEYS = frozenset({"num-server-rounds", "resume-from", "run-name", "results-dir", "checkpoint-every",
@@ -110,7 +110,8 @@ def load(path: str | Path) -> dict[str, Any]:
 
 def check_compatible(doc: dict[str, Any], cfg: RunConfig, path: str | Path) -> None:
     """Raise ConfigError when the checkpoint's run had other settings (only FREE_KEYS may differ)."""
-    old, new = doc["config"], cfg.as_dict()
+    # a key added to fedapp since the checkpoint was written had its default there
+    old, new = {**defaults(), **doc["config"]}, cfg.as_dict()
     changed = sorted(k for k in set(old) | set(new) if k not in FREE_KEYS and old.get(k) != new.get(k))
     if changed:
         raise ConfigError(f"run config 'resume-from' = {str(path)!r}: the checkpoint's run had other settings "

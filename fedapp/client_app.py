@@ -8,7 +8,9 @@ must outlive a message (duals, control variates, private bodies or heads) lives 
 A SuperNode's ``context.state`` lives in its memory. When the node config names a
 ``state-dir``, every commit is also written there (one file per run, strategy and
 partition, replaced atomically), and a restarted SuperNode, whose context starts empty,
-reads it back at its next message. A state too large to keep for every client in memory
+reads it back at its next message. The run is named by the ``run-key`` every message's
+config carries: a nonce the server draws for each new run and keeps in its checkpoint, so
+a resumed run finds its clients' files and no other run ever reads them. A state too large to keep for every client in memory
 (``state-memory-mb``) is only written to that file (or to ``state-spill-dir``), and the
 context keeps a reference to it.
 """
@@ -46,24 +48,23 @@ def partition_id(context: Context) -> int:
         raise ValueError("node config needs 'partition-id' (and 'num-partitions', or 'data-dir')") from None
 
 
-def state_path(context: Context, cfg: RunConfig, spill: bool = False) -> Path | None:
-    """This site's state file for the run, when the node config names a ``state-dir`` or the
-    state is spilled (then ``state-spill-dir``, by default under the system's temp dir)."""
+def state_path(context: Context, cfg: RunConfig, spill: bool = False, key: str | None = None) -> Path | None:
+    """This site's state file for the run ``key`` (the server's run-key; else the run id), when
+    the node config names a ``state-dir`` or the state is spilled (then ``state-spill-dir``, by
+    default under the system's temp dir)."""
     state_dir = context.node_config.get("state-dir") or (
         spill and (cfg.state_spill_dir or Path(tempfile.gettempdir()) / "fedapp-state"))
     if not state_dir:
         return None
-    # keyed by run-name when it is set, so a run resumed from its checkpoint (a new run id, the
-    # same run-name) finds its clients' state; otherwise by run id, so a new run starts clean
-    run = cfg.run_name or f"run{context.run_id}"
+    run = key or f"run{context.run_id}"
     return Path(str(state_dir)).expanduser() / f"{run}-{cfg.strategy}-p{partition_id(context)}.pt"
 
 
-def load_state(context: Context, cfg: RunConfig) -> Payload:
+def load_state(context: Context, cfg: RunConfig, key: str | None = None) -> Payload:
     """The last committed state: from the context, or from ``state-dir`` after a SuperNode restart."""
     state = {name[len(STATE_PREFIX):]: from_record(rec) for name, rec in context.state.array_records.items()
              if name.startswith(STATE_PREFIX)}
-    path = Path(context.state[SPILLED]["path"]) if SPILLED in context.state else state_path(context, cfg)
+    path = Path(context.state[SPILLED]["path"]) if SPILLED in context.state else state_path(context, cfg, key=key)
     if not state and path is not None and path.exists():
         state = torch.load(path, weights_only=True)
     return state
@@ -75,11 +76,11 @@ def spills(cfg: RunConfig, state: Payload) -> bool:
     return bool(cfg.state_memory_mb) and nbytes * cfg.num_clients > cfg.state_memory_mb * 2**20
 
 
-def commit_state(context: Context, cfg: RunConfig, state: Payload) -> None:
+def commit_state(context: Context, cfg: RunConfig, state: Payload, key: str | None = None) -> None:
     """Replace the persisted client state by ``state`` as a whole."""
     state = {name: {k: v.detach().cpu() for k, v in tensors.items()} for name, tensors in state.items()}
     spill = spills(cfg, state)
-    if (path := state_path(context, cfg, spill)) is not None:
+    if (path := state_path(context, cfg, spill, key)) is not None:
         # file first: if writing fails the reply fails and the context keeps the old state too;
         # a crash mid-write leaves only a temporary file next to the last complete one
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -123,7 +124,13 @@ def set_threads(cfg: RunConfig) -> None:
         torch.set_num_threads(n)
 
 
-def make_client(cfg: RunConfig, context: Context):
+def run_key(msg: Message) -> str | None:
+    """The server's name for this run (``FedStrategy.run_key``), which keys the state files."""
+    key = msg.content["config"].get("run-key") if "config" in msg.content.config_records else None
+    return None if key is None else "".join(c for c in str(key) if c.isalnum() or c in "-_") or None
+
+
+def make_client(cfg: RunConfig, context: Context, key: str | None = None):
     """The configured client for this node: its data, a fresh model, its saved state."""
     set_threads(cfg)
     pid = partition_id(context)
@@ -131,7 +138,7 @@ def make_client(cfg: RunConfig, context: Context):
     data = cached_client_data(cfg, pid, data_dir)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, tuple(data.train_x.shape[1:]), data.num_classes)
-    return registry.get(cfg.strategy).client(cfg, model, data, load_state(context, cfg), device_of(cfg))
+    return registry.get(cfg.strategy).client(cfg, model, data, load_state(context, cfg, key), device_of(cfg))
 
 
 def _reply(msg: Message, payload: Payload, metrics: dict, pid: int) -> Message:
@@ -153,16 +160,16 @@ def query(msg: Message, context: Context) -> Message:
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     cfg = parse_run_config(context.run_config)
-    client = make_client(cfg, context)
+    client = make_client(cfg, context, run_key(msg))
     payload, metrics = client.fit(payload_of(msg.content), dict(msg.content["config"]))
-    commit_state(context, cfg, client.state)
+    commit_state(context, cfg, client.state, run_key(msg))
     return _reply(msg, payload, metrics, client.data.pid)
 
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
     cfg = parse_run_config(context.run_config)
-    client = make_client(cfg, context)
+    client = make_client(cfg, context, run_key(msg))
     result = client.evaluate(payload_of(msg.content), dict(msg.content["config"]))
     # a client may send arrays back from evaluation too (PeFLL's descriptor of a new client)
     payload, metrics = result if isinstance(result, tuple) else ({}, result)

@@ -144,8 +144,19 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("checkpoint-every", int, 1, "Write the server's full state to the run folder every this many rounds (0: never).", low=0),
     Key("resume-from", str, "", "Checkpoint file (or run folder holding checkpoint.pt) to continue a run from."),
     Key("fault-fraction", float, 0.0, "Share of clients whose training/evaluation replies are faulty (fault injection).", low=0.0, high=1.0),
-    Key("fault-kind", str, "raise", "Injected fault: raise, stall (past round-timeout), wrong-shape, nan or inf.",
-        ("raise", "stall", "wrong-shape", "nan", "inf")),
+    Key("fault-kind", str, "raise", "Injected fault: raise, stall (past round-timeout), wrong-shape, nan, inf, "
+        "scale (updates times 1e30) or num-examples (an inflated example count).",
+        ("raise", "stall", "wrong-shape", "nan", "inf", "scale", "num-examples")),
+    # robust aggregation (strategies/base.py): what a poisoned reply can do to the model
+    Key("screen-factor", float, 1000.0, "Drop a training reply whose update norm exceeds this many times the "
+        "exchange's median (0: off).", low=0.0),
+    Key("clip-norm", float, 0.0, "Scale every training reply's update down to at most this L2 norm (0: off).", low=0.0),
+    Key("aggregation", str, "mean", "How replies are combined: mean (the algorithm's own), median "
+        "(coordinate-wise), trimmed-mean or krum.", ("mean", "median", "trimmed-mean", "krum")),
+    Key("trim-fraction", float, 0.2, "trimmed-mean: share of replies cut at each end of every coordinate, "
+        "in [0, 0.5).", low=0.0, high=0.5),
+    Key("krum-byzantine", int, 0, "krum: f, the attackers it tolerates (scores over the n - f - 2 nearest).", low=0),
+    Key("krum-select", int, 1, "krum: m replies with the best scores are averaged (1: Krum, more: Multi-Krum).", low=1),
 )
 
 
@@ -224,5 +235,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         )
     if cfg.min_train_nodes > cfg.num_clients:
         raise ConfigError(f"run config 'min-train-nodes' = {cfg.min_train_nodes} exceeds 'num-clients' = {cfg.num_clients}")
+    if cfg.trim_fraction >= 0.5:
+        raise ConfigError(f"run config 'trim-fraction' = {cfg.trim_fraction} is invalid: allowed is a float in [0, 0.5)")
     spec.strategy.check_config(cfg)
     return cfg

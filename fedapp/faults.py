@@ -8,7 +8,13 @@ from ``seed``, answer every training and evaluation message with the fault ``fau
 - ``wrong-shape``: every array of the reply loses its last element (a reply without arrays
   gets a list where a scalar metric belongs);
 - ``nan`` / ``inf``: the first entry of every float array (else every metric but the ids) is
-  NaN / +Inf.
+  NaN / +Inf;
+- ``scale``: a poisoned but finite reply: every float array's update, against the record of
+  the same name the client received (the array itself when none), is multiplied by 1e30;
+- ``num-examples``: the reply claims 10^12 examples.
+
+The first five make a reply invalid (it is dropped); ``scale`` and ``num-examples`` are valid
+replies of an attacker, which the server's robust aggregation has to contain.
 
 Discovery (query) messages are answered normally: a faulty client is connected and known,
 only its work is bad, so a run with faults is comparable to one where those nodes are offline.
@@ -30,6 +36,9 @@ from flwr.clientapp.typing import ClientAppCallable
 from fedapp.config import RunConfig, parse_run_config
 
 KINDS = ("raise", "stall", "wrong-shape", "nan", "inf")
+ATTACKS = ("scale", "num-examples")
+SCALE = 1e30
+INFLATED = 10**12
 #: metrics that identify a reply; corrupting them would test discovery, not the arrays
 ID_METRICS = ("partition-id", "num-examples")
 
@@ -60,6 +69,27 @@ def faulty_partitions(cfg: RunConfig) -> set[int]:
     n = int(round(cfg.fault_fraction * cfg.num_clients))
     rng = np.random.default_rng([cfg.seed, 11])  # own stream: sampling and data seeds stay as they are
     return {int(p) for p in rng.choice(cfg.num_clients, size=n, replace=False)}
+
+
+def poison(reply: Message, received: Message, kind: str) -> None:
+    """Make the reply an attacker's, in place, as ``kind`` (one of ATTACKS) says."""
+    content = reply.content
+    if kind == "num-examples":
+        for name, rec in list(content.metric_records.items()):
+            if "num-examples" in rec:
+                content[name] = MetricRecord({**rec, "num-examples": INFLATED})
+        return
+    sent = received.content.array_records
+    for name, rec in list(content.array_records.items()):
+        out = {}
+        for key, arr in rec.items():
+            a = arr.numpy()
+            if a.dtype.kind == "f":
+                ref = sent[name][key].numpy() if name in sent and key in sent[name] else None
+                ref = ref if ref is not None and ref.shape == a.shape else np.zeros_like(a)
+                a = (ref.astype(np.float64) + SCALE * (a.astype(np.float64) - ref)).astype(a.dtype)
+            out[key] = Array(a)
+        content[name] = ArrayRecord(out)
 
 
 def corrupt(reply: Message, kind: str) -> None:
@@ -101,6 +131,10 @@ def fault_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> M
     if kind == "raise":  # the same text from every client: the server counts the drops by it
         raise InjectedFault("fault-kind raise")
     reply = call_next(msg, context)
-    if not reply.has_error():
+    if reply.has_error():
+        return reply
+    if kind in ATTACKS:
+        poison(reply, msg, kind)
+    else:
         corrupt(reply, kind)
     return reply

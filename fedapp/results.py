@@ -11,10 +11,12 @@ import io
 import json
 import os
 import time
+from logging import WARNING
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from flwr.common.logger import log
 
 from fedapp import checkpoint
 from fedapp.config import RunConfig
@@ -30,8 +32,28 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 def run_dir(cfg: RunConfig) -> Path:
+    """results-dir/run-name, created. A folder that holds another run's files is never written
+    to: the new run gets run-name-2 (-3, ...) and says so. Only a run resumed from the
+    checkpoint in that folder (``resume-from``) goes on writing there."""
     name = cfg.run_name or f"{cfg.strategy}-{cfg.dataset}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return Path(cfg.results_dir).expanduser() / name
+    base = Path(cfg.results_dir).expanduser() / name
+    if cfg.resume_from:
+        source = Path(cfg.resume_from).expanduser()
+        if (source.parent if source.suffix == ".pt" else source).resolve() == base.resolve():
+            return base
+    path, k = base, 1
+    while True:
+        try:
+            path.mkdir(parents=True)  # atomic: two runs starting together never share a folder
+            break
+        except FileExistsError:
+            if not any(path.iterdir()):
+                break
+        k += 1
+        path = base.with_name(f"{name}-{k}")
+    if path != base:
+        log(WARNING, "results folder %s holds another run: this run writes to %s", base, path)
+    return path
 
 
 class ResultsWriter:
@@ -86,8 +108,9 @@ class ResultsWriter:
 
     def add(self, row: dict[str, Any], strategy=None) -> None:
         self.rows.append(row)
-        if strategy is not None and hasattr(strategy, "extra_results"):
-            self.extra = strategy.extra_results()
+        if strategy is not None:  # run-key: the name of this run's client state files at the sites
+            self.extra = {"run-key": strategy.run_key,
+                          **(strategy.extra_results() if hasattr(strategy, "extra_results") else {})}
         if self.tensorboard is not None:
             for key, value in row.items():
                 if isinstance(value, (int, float)) and key != "round":

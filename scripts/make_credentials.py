@@ -1,7 +1,7 @@
 """Credentials for a federation across sites: a private CA, the SuperLink's TLS certificate,
 and one SuperNode authentication key pair per site.
 
-    python scripts/make_credentials.py creds --superlink-host superlink.example.org site-a site-b
+    python scripts/make_credentials.py creds site-a site-b --superlink-host superlink.example.org
 
 writes into ``creds/``:
 
@@ -13,7 +13,8 @@ writes into ``creds/``:
   stays at the site (``flower-supernode --auth-supernode-private-key``); the public key is
   registered once with ``flwr supernode register <site>.pub <connection>``.
 
-It then prints the commands to start the SuperLink and to register each site. The CA and
+Options and site names may come in any order. It then prints the commands to start the
+SuperLink (bound to the loopback, behind scripts/fleet_proxy.py) and to register each site. The CA and
 existing site keys are kept, so adding a site or a host name later only reissues the
 server certificate (signed by the same CA, so SuperNodes need nothing new).
 """
@@ -114,14 +115,18 @@ def main() -> None:
     p.add_argument("sites", nargs="*", help="one SuperNode key pair per site name")
     p.add_argument("--superlink-host", action="append", default=[],
                    help="host name or IP the SuperNodes and flwr users dial (repeatable)")
-    a = p.parse_args()
+    a = p.parse_intermixed_args()
     out = a.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     ca, ca_key = make_ca(out)
     make_server_cert(out, a.superlink_host, ca, ca_key)
     pubs = [make_supernode_keys(out, site) for site in a.sites]
-    print(f"SuperLink:\n  flower-superlink --ssl-ca-certfile {out}/ca.crt --ssl-certfile {out}/server.pem "
-          f"--ssl-keyfile {out}/server.key --enable-supernode-auth --host 0.0.0.0 --port 8000")
+    # the SuperLink on the loopback only; the proxy is its public face, forwarding the Fleet API alone
+    print(f"SuperLink (docs/deployment.md):\n  flower-superlink --ssl-ca-certfile {out}/ca.crt --ssl-certfile "
+          f"{out}/server.pem --ssl-keyfile {out}/server.key --enable-supernode-auth "
+          "--disable-runtime-dependency-installation --host 127.0.0.1 --port 9093\n"
+          f"  python scripts/fleet_proxy.py --listen 0.0.0.0:9092 --superlink 127.0.0.1:9093 --creds {out} "
+          "--workdir /var/lib/fedapp/fleet-proxy")
     if pubs:
         print("Register each site (with a `flwr` connection to that SuperLink named <connection>):")
         for pub in pubs:

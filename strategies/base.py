@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -25,12 +26,14 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
+from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
+from flwr.serverapp.strategy.multikrum import select_multikrum
 from flwr.superlink.grid import HttpGrid, InMemoryGrid
 
 from fedapp.config import ConfigError, Key, RunConfig
 from fedapp.data import Dataset
 from fedapp.experiment import round_lr, unseen_clients
-from fedapp.records import Payload, Tensors, array_numpy, content_bytes, make_content, payload_of
+from fedapp.records import Payload, Tensors, array_numpy, content_bytes, from_record, make_content, payload_of
 from fedapp.training import evaluate
 
 Spec = dict[str, dict[str, tuple[tuple[int, ...], torch.dtype]]]
@@ -96,6 +99,24 @@ def weighted_mean(states: list[Tensors], weights: Iterable[float]) -> Tensors:
     return out
 
 
+def coordinate_wise(states: list[Tensors], combine) -> Tensors:
+    """``combine`` (a function of a (replies, ...) float64 array, reducing axis 0) key by key,
+    keeping each tensor's dtype."""
+    out = {}
+    for k, ref in states[0].items():
+        value = torch.from_numpy(np.asarray(combine(np.stack([s[k].double().numpy() for s in states]))))
+        out[k] = value.round().to(ref.dtype) if not ref.is_floating_point() else value.to(ref.dtype)
+    return out
+
+
+def krum_select(states: list[Tensors], f: int, m: int) -> list[int]:
+    """Indices of the m states (Multi-)Krum selects with f attackers assumed (Flower's
+    ``select_multikrum``, on float64 copies so that huge updates do not overflow)."""
+    contents = [RecordDict({"s": ArrayRecord([s[k].double().numpy() for k in s])}) for s in states]
+    chosen = {id(c) for c in select_multikrum(contents, f, min(m, len(states)))}
+    return [i for i, c in enumerate(contents) if id(c) in chosen]
+
+
 class FedStrategy(Strategy):
     """FedAvg-shaped base: every hook defaults to Federated Averaging.
 
@@ -127,6 +148,12 @@ class FedStrategy(Strategy):
         self.history: list[dict[str, Any]] = []
         #: this round's valid evaluation replies (pid, unseen, metrics): the results' clients.csv
         self.client_evals: list[tuple[int, bool, dict[str, float]]] = []
+        self.sent: dict[int, RecordDict] = {}  # node id -> the content sent in the current exchange
+        self.references: dict[int, tuple[ArrayRecord, Tensors]] = {}  # decoded sent records, by id
+        self.refused: dict[int, int] = {}  # node id -> the partition id it claimed that another node serves
+        # names this run's client state at the sites (every message carries it); a checkpoint keeps
+        # it, so only a run resumed from this one's checkpoint finds that state
+        self.run_key = f"{cfg.run_name or cfg.strategy}-{uuid.uuid4().hex[:12]}"
 
     @property
     def param_keys(self) -> list[str]:
@@ -149,8 +176,11 @@ class FedStrategy(Strategy):
         """Ask unknown nodes for their partition id; wait up to ``wait`` s for num-clients."""
         deadline = time.time() + wait
         while True:
+            online = set(grid.get_node_ids())
             known = {c.node_id for c in self.clients.values()}
-            new = [n for n in grid.get_node_ids() if n not in known]
+            # a refused node is asked again once the node serving its partition is gone
+            known |= {n for n, pid in self.refused.items() if self.clients[pid].node_id in online}
+            new = [n for n in online if n not in known]
             if new:
                 msgs = [Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=n,
                                 message_type=MessageType.QUERY) for n in new]
@@ -165,7 +195,15 @@ class FedStrategy(Strategy):
                             f"the federation has {int(m['num-partitions'])} simulated SuperNodes but run config "
                             f"'num-clients' = {self.cfg.num_clients}: make them equal (options.num-supernodes "
                             "in $FLWR_HOME/config.toml, or python -m fedapp.launch, which sets it)")
-                    pid = int(m["partition-id"])
+                    pid, node = int(m["partition-id"]), msg.metadata.src_node_id
+                    owner = self.clients.get(pid)
+                    if owner is not None and owner.node_id != node and owner.node_id in online:
+                        if self.refused.get(node) != pid:
+                            log(WARNING, "node %s refused: it claims partition %d, which node %s serves", node, pid,
+                                owner.node_id)
+                        self.refused[node] = pid
+                        continue
+                    self.refused.pop(node, None)
                     self.clients[pid] = ClientInfo(msg.metadata.src_node_id, int(m["num-train"]),
                                                    int(m["num-test"]), pid in self.unseen)
             if len(self.clients) >= self.cfg.num_clients or time.time() >= deadline:
@@ -190,6 +228,7 @@ class FedStrategy(Strategy):
             nbytes, params = content_bytes(msg.content)
             self.traffic[f"{traffic}-bytes-down"] += nbytes
             self.traffic[f"{traffic}-params-down"] += params
+        self.sent, self.references = {msg.metadata.dst_node_id: msg.content for msg in msgs}, {}
         replies = send_and_receive(grid, msgs, self.cfg.round_timeout) if msgs else []
         for msg in replies:
             if msg.has_content():
@@ -210,7 +249,9 @@ class FedStrategy(Strategy):
     def parse_replies(self, replies: Iterable[Message], expected: Mapping[int, Spec | None]) -> list[Reply]:
         """Valid replies only: no error, a known partition id answering once, the expected
         arrays, finite values and scalar metrics. Every multi-phase ``fit_round`` passes its
-        replies through here, so no aggregation ever sees a bad one.
+        replies through here, so no aggregation ever sees a bad one. A reply's ``num-examples``
+        is capped by the split size the client reported at discovery, and replies carrying
+        arrays are screened and clipped (:meth:`robust`).
 
         ``expected`` maps each addressed partition id to the arrays its reply must carry
         (names, shapes, dtypes); ``None`` skips the array check (evaluation replies).
@@ -234,8 +275,77 @@ class FedStrategy(Strategy):
                 self.drop(reason.split(":")[0], pid=pid, detail=reason)
                 continue
             metrics = {k: float(v) for k, v in msg.content["metrics"].items()}
+            cap = self.clients[pid].num_train if expected.get(pid) is not None else self.clients[pid].num_test
+            if metrics["num-examples"] > cap:
+                log(WARNING, "partition %d claims %d examples, %d at discovery: counted as %d", pid,
+                    metrics["num-examples"], cap, cap)
+                metrics["num-examples"] = float(cap)
             valid[pid] = Reply(pid, payload_of(msg.content), metrics)
-        return [valid[pid] for pid in sorted(valid)]
+        out = [valid[pid] for pid in sorted(valid)]
+        return self.robust(out) if any(s is not None for s in expected.values()) else out
+
+    # ---- robust aggregation ------------------------------------------------------------
+    def reference(self, pid: int, name: str) -> Tensors | None:
+        """What reply record ``name`` of client ``pid`` is an update of: the record of that name
+        sent to it in this exchange; None when the reply is an update itself (a delta)."""
+        sent = self.sent.get(self.clients[pid].node_id)
+        rec = None if sent is None else sent.array_records.get(name)
+        if rec is None:
+            return None
+        if id(rec) not in self.references:  # a record shared by every client is decoded once
+            self.references[id(rec)] = (rec, from_record(rec))  # the record kept: its id stays unique
+        return self.references[id(rec)][1]
+
+    def reply_updates(self, reply: Reply) -> dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor | None]]:
+        """(record, key) -> (value, reference or None) for every float array of the reply."""
+        out = {}
+        for name, tensors in reply.payload.items():
+            ref = self.reference(reply.pid, name) or {}
+            for k, v in tensors.items():
+                if v.is_floating_point():
+                    out[name, k] = (v, ref[k] if k in ref and ref[k].shape == v.shape else None)
+        return out
+
+    def update_norm(self, reply: Reply) -> float:
+        """L2 norm of the reply's update (its float arrays less their references), in float64."""
+        return math.sqrt(sum(float(((v.double() - (0.0 if r is None else r.double())) ** 2).sum())
+                             for v, r in self.reply_updates(reply).values()))
+
+    def robust(self, replies: list[Reply]) -> list[Reply]:
+        """The screen (``screen-factor``: a reply whose update norm is that many times the exchange's
+        lower median is dropped) and clipping (``clip-norm``: a longer update is scaled down to it).
+        Replies that pass unclipped are left as received, so an honest run is bit-identical."""
+        factor, clip = self.cfg.screen_factor, self.cfg.clip_norm
+        if not replies or not (factor or clip):
+            return replies
+        norms = [self.update_norm(r) for r in replies]
+        median = sorted(norms)[(len(norms) - 1) // 2]
+        kept = []
+        for r, norm in zip(replies, norms):
+            if factor and median > 0 and norm > factor * median:
+                self.drop("outlier-norm", pid=r.pid,
+                          detail=f"outlier-norm: update norm {norm:.3g} > {factor:g} x median {median:.3g}")
+                continue
+            if clip and norm > clip:
+                for (name, k), (v, ref) in self.reply_updates(r).items():
+                    base = 0.0 if ref is None else ref.double()
+                    r.payload[name][k] = (base + clip / norm * (v.double() - base)).to(v.dtype)
+            kept.append(r)
+        return kept
+
+    def combine(self, states: list[Tensors], weights: Iterable[float]) -> Tensors:
+        """The replies' states combined as ``aggregation`` says: the weighted mean (each algorithm's
+        own rule), the coordinate-wise median, the trimmed mean (Flower's ``trim_mean``), or the
+        weighted mean of the states (Multi-)Krum selects. Aggregations over replies call this."""
+        how, weights = self.cfg.aggregation, list(weights)
+        if how == "mean" or len(states) == 1:
+            return weighted_mean(states, weights)
+        if how == "median":
+            return coordinate_wise(states, lambda a: np.median(a, axis=0))
+        if how == "trimmed-mean":
+            return coordinate_wise(states, lambda a: trim_mean(a, self.cfg.trim_fraction))
+        chosen = krum_select(states, self.cfg.krum_byzantine, self.cfg.krum_select)
+        return weighted_mean([states[i] for i in chosen], [weights[i] for i in chosen])
 
     @staticmethod
     def check_reply(content: RecordDict, pid: int | None, spec: Spec | None) -> str | None:
@@ -293,7 +403,7 @@ class FedStrategy(Strategy):
     def aggregate(self, server_round: int, replies: list[Reply]) -> None:
         """Update the server state from the valid replies (at least min-train-nodes)."""
         weights = [r.num_examples if self.weighted else 1.0 for r in replies]
-        self.global_state = weighted_mean([r.payload["arrays"] for r in replies], weights)
+        self.global_state = self.combine([r.payload["arrays"] for r in replies], weights)
 
     def eval_payload(self, pid: int, server_round: int) -> Payload | dict:
         """Arrays a client evaluates on its local test split."""
@@ -305,6 +415,10 @@ class FedStrategy(Strategy):
 
     # ---- Flower Strategy API ---------------------------------------------------------
     def messages(self, contents: Mapping[int, RecordDict], message_type: str) -> list[Message]:
+        for c in contents.values():
+            if "config" not in c.config_records:
+                c["config"] = ConfigRecord({})
+            c["config"]["run-key"] = self.run_key
         return [Message(c, dst_node_id=self.clients[pid].node_id, message_type=message_type)
                 for pid, c in contents.items()]
 

@@ -8,7 +8,7 @@ from flwr.serverapp import Grid
 from clients.fedals import FedALSClient, FedALSScaffoldClient, split_model
 from fedapp.config import ConfigError, Key
 from fedapp.records import Tensors, make_content
-from strategies.base import FedStrategy, Reply, spec_of, weighted_mean
+from strategies.base import FedStrategy, Reply, spec_of
 from strategies.scaffold import Scaffold
 
 
@@ -58,6 +58,11 @@ class FedALS(FedStrategy):
     def is_body_round(self, server_round: int) -> bool:
         return server_round % self.alpha == 0
 
+    def reference(self, pid, name):
+        """A body not sent this round is measured against the global one (screen, clipping)."""
+        ref = super().reference(pid, name)
+        return self.body if ref is None and name == "body" else ref
+
     def sends_body(self, pid: int) -> bool:
         """Whether ``pid`` gets the global body: only when it is newer than the client's own."""
         return self.client_body.get(pid, -1) < self.body_round
@@ -75,9 +80,9 @@ class FedALS(FedStrategy):
         for r in replies:  # a reply proves the client holds the body it was sent
             self.client_body[r.pid] = self.body_round
         weights = [r.num_examples if self.weighted else 1.0 for r in replies]
-        self.global_state.update(weighted_mean([r.payload["head"] for r in replies], weights))
+        self.global_state.update(self.combine([r.payload["head"] for r in replies], weights))
         if self.is_body_round(server_round):
-            self.global_state.update(weighted_mean([r.payload["body"] for r in replies], weights))
+            self.global_state.update(self.combine([r.payload["body"] for r in replies], weights))
             self.body_round, self.body_pids = server_round, {r.pid for r in replies}
         self.split_views()
 
@@ -95,7 +100,7 @@ class FedALS(FedStrategy):
         if not valid:
             return self.global_state
         weights = [self.clients[r.pid].num_train if self.weighted else 1.0 for r in valid]
-        return {**self.global_state, **weighted_mean([r.payload["body"] for r in valid], weights)}
+        return {**self.global_state, **self.combine([r.payload["body"] for r in valid], weights)}
 
     def evaluate_round(self, server_round, grid):
         evaluating = (self.cfg.central_eval and self.dataset is not None) or self.cfg.fraction_evaluate > 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from clients.fedsmoo import FedSMOOClient, FedSpeedClient
 from clients.sam import perturbation
 from fedapp.config import Key
-from strategies.base import spec_of, weighted_mean
+from strategies.base import spec_of
 from strategies.feddyn import BETA, FedDyn
 from strategies.fedsam import RHO
 
@@ -54,7 +54,7 @@ class FedSMOO(FedDyn):
 
     def aggregate(self, server_round, replies):
         super().aggregate(server_round, replies)
-        mean = weighted_mean([r.payload["perturbation"] for r in replies], [1.0] * len(replies))
+        mean = self.combine([r.payload["perturbation"] for r in replies], [1.0] * len(replies))
         self.perturbation = perturbation(mean, self.cfg.algo("rho"))
 
 

@@ -204,7 +204,7 @@ class HCCT(FedStrategy):
             start = self.starts[group]
             for r in got:
                 self.updates[r.pid] = {k: r.payload["arrays"][k] - start[k] for k in self.similarity_keys}
-            model = weighted_mean([r.payload["arrays"] for r in got], [r.num_examples for r in got])
+            model = self.combine([r.payload["arrays"] for r in got], [r.num_examples for r in got])
             for pid in group:
                 self.models[pid] = model
         self.after_first_updates(server_round)

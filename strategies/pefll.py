@@ -164,7 +164,11 @@ class PeFLL(FedStrategy):
     def apply(self, name: str, deltas: Iterable[list[torch.Tensor]], lam: float) -> None:
         """Network ``name``: eta <- (1 - 2 beta lambda) eta + mean_i delta_i, or Adam on
         -mean_i delta_i + 2 lambda eta."""
-        mean = [torch.stack(ds).mean(0) for ds in zip(*deltas)]
+        deltas = list(deltas)
+        if self.cfg.aggregation == "mean":
+            mean = [torch.stack(ds).mean(0) for ds in zip(*deltas)]
+        else:  # a robust combination (run config 'aggregation')
+            mean = list(self.combine([dict(enumerate(d)) for d in deltas], [1.0] * len(deltas)).values())
         params = list(getattr(self, name).parameters())
         opt = self.optimizers.get(name)
         with torch.no_grad():

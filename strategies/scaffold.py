@@ -38,6 +38,10 @@ class Scaffold(FedStrategy):
     def update_control(self, replies: list[Reply]) -> None:
         """c <- c + sum_{i in S} Delta c_i / N (N: all training clients)."""
         n = len(self.train_pool())
+        if self.cfg.aggregation != "mean":  # |S|/N times a robust combination of the Delta c_i
+            robust = self.combine([r.payload["control-delta"] for r in replies], [1.0] * len(replies))
+            self.control = {k: c + robust[k] * (len(replies) / n) for k, c in self.control.items()}
+            return
         self.control = {k: c + sum(r.payload["control-delta"][k] for r in replies) / n
                         for k, c in self.control.items()}
 

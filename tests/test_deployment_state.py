@@ -64,7 +64,8 @@ def test_scaffold_control_after_restart_is_the_one_before(small_config, tmp_path
     cfg = parse_run_config(run_config)
     before = {ctx.node_id: load_state(ctx, cfg)["control"] for ctx in grid.contexts.values()}
     after = {ctx.node_id: load_state(Context(ctx.run_id, ctx.node_id, dict(ctx.node_config), RecordDict(),
-                                             ctx.run_config), cfg)["control"] for ctx in grid.contexts.values()}
+                                             ctx.run_config), cfg, strategy.run_key)["control"]
+             for ctx in grid.contexts.values()}
     for node, control in before.items():
         assert all(torch.equal(after[node][k], v) for k, v in control.items())
     # and the server's c is still the mean of the c_i read back from disk
@@ -80,7 +81,7 @@ def test_a_failed_round_leaves_the_last_committed_state(failure, small_config, t
     strategy = run_local(run_config, grid=grid)
     cfg = parse_run_config(run_config)
     ctx = grid.contexts[strategy.clients[0].node_id]
-    path = state_path(ctx, cfg)
+    path = state_path(ctx, cfg, key=strategy.run_key)
     committed = path.read_bytes()
 
     def crash(*args, **kwargs):
@@ -100,7 +101,8 @@ def test_a_failed_round_leaves_the_last_committed_state(failure, small_config, t
     assert path.read_bytes() == committed
     monkeypatch.undo()
     kept = load_state(ctx, cfg)["control"]
-    reread = load_state(Context(ctx.run_id, ctx.node_id, dict(ctx.node_config), RecordDict(), {}), cfg)["control"]
+    reread = load_state(Context(ctx.run_id, ctx.node_id, dict(ctx.node_config), RecordDict(), {}), cfg,
+                        strategy.run_key)["control"]
     assert all(torch.equal(reread[k], v) for k, v in kept.items())
 
 
@@ -129,3 +131,35 @@ def test_sites_train_on_their_own_image_folders(tmp_path, monkeypatch):
     assert (strategy.clients[0].num_train, strategy.clients[0].num_test) == (10, 4)
     assert (strategy.clients[1].num_train, strategy.clients[1].num_test) == (12, 4)  # 16 images, 25% held out
     assert strategy.history[-1]["replies"] == 2
+
+
+def test_new_run_never_loads_another_runs_state(small_config, tmp_path):
+    """A second run with the same run-name (and, in process, even the same run id) at sites with
+    a state-dir starts from a clean state: it equals a run at sites that never had any."""
+    run_config = {**small_config, "strategy": "scaffold", "num-server-rounds": 2, "fraction-evaluate": 0.0,
+                  "central-eval": False}
+    first = run_local(run_config, grid=InProcessGrid(restarted, 4, run_config, site_configs(4, tmp_path / "state")))
+    second = run_local(run_config, grid=InProcessGrid(restarted, 4, run_config, site_configs(4, tmp_path / "state")))
+    clean = run_local(run_config, grid=InProcessGrid(restarted, 4, run_config, site_configs(4, tmp_path / "fresh")))
+    assert first.run_key != second.run_key
+    assert all(torch.equal(second.global_state[k], v) for k, v in clean.global_state.items())
+    assert all(torch.equal(second.control[k], v) for k, v in clean.control.items())
+    files = sorted(p.name for p in (tmp_path / "state").iterdir())
+    assert files == sorted(f"{s.run_key}-scaffold-p{i}.pt" for s in (first, second) for i in range(4))
+
+
+def test_a_resumed_run_finds_its_clients_state(small_config, tmp_path, monkeypatch):
+    """The exception: a run resumed from a checkpoint (a new run, restarted sites) reads the
+    state its clients committed, and ends as the uninterrupted run does."""
+    monkeypatch.setattr("fedapp.results.plot", lambda *a, **kw: None)
+    run_config = {**small_config, "strategy": "scaffold", "num-server-rounds": 3, "fraction-evaluate": 0.0,
+                  "central-eval": False, "fraction-train": 0.5}
+    full = run_local({**run_config, "run-name": "full"})
+    stopped = run_local({**run_config, "num-server-rounds": 2},
+                        grid=InProcessGrid(restarted, 4, run_config, site_configs(4, tmp_path / "state")))
+    resumed_config = {**run_config, "resume-from": str(tmp_path / "results" / "t")}
+    resumed = run_local(resumed_config,
+                        grid=InProcessGrid(restarted, 4, resumed_config, site_configs(4, tmp_path / "state")))
+    assert resumed.run_key == stopped.run_key
+    assert all(torch.equal(resumed.global_state[k], v) for k, v in full.global_state.items())
+    assert all(torch.equal(resumed.control[k], v) for k, v in full.control.items())
