@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-#: accuracies compared, in order of preference: a run's headline metric is the first it has
-ACCURACIES = ("central-accuracy", "fed-accuracy", "fed-seen-accuracy", "fed-unseen-accuracy")
+from fedapp.results import ACCURACIES  # in order of preference: a run's headline metric is the first it has
 
 
 def first_line(doc: str | None) -> str:
@@ -70,34 +69,17 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def compare(folders: list[Path], plot_path: Path, out=sys.stdout) -> list[dict[str, Any]]:
     """Print one table of the runs and draw their accuracy against rounds and traffic."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from fedapp.results import plot_series  # matplotlib only when plotting
 
     docs = [load_run(f) for f in folders]
     rows = [summary(f, d) for f, d in zip(folders, docs)]
     print(table(rows), file=out)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    series = []
     for folder, doc in zip(folders, docs):
         key = next((k for k in ACCURACIES if any(k in r for r in doc["rounds"])), None)
-        if key is None:
-            continue
-        pts = [(r["round"], r.get("total-train-bytes-down", 0) + r.get("total-train-bytes-up", 0), r[key])
-               for r in doc["rounds"] if key in r]
-        rounds, nbytes, acc = zip(*pts)
-        label = f"{folder.name} ({key})"
-        axes[0].plot(rounds, acc, marker=".", label=label)
-        axes[1].plot([b / 1e6 for b in nbytes], acc, marker=".", label=label)
-    axes[0].set_xlabel("round")
-    axes[1].set_xlabel("training traffic, MB (up + down)")
-    for ax in axes:
-        ax.set_ylabel("accuracy")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(plot_path, dpi=100)
-    plt.close(fig)
+        if key is not None:
+            series.append((f"{folder.name} ({key})", doc["rounds"], key))
+    plot_series(series, plot_path, legend_size="small")
     print(f"plot: {plot_path}", file=out)
     return rows
 

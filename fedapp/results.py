@@ -172,28 +172,38 @@ class _FixedPartitioner:
         return self.dataset.select(self._parts[partition_id])
 
 
+#: the accuracy columns a results row may carry, in the order plots draw them
+ACCURACIES = ("central-accuracy", "fed-accuracy", "fed-seen-accuracy", "fed-unseen-accuracy")
+
+
 def plot(rows: list[dict[str, Any]], path: Path, title: str = "") -> None:
     """Accuracy against rounds and against cumulative bytes (both directions)."""
+    plot_series([(key, rows, key) for key in ACCURACIES], path, title)
+
+
+def plot_series(series: list[tuple[str, list[dict[str, Any]], str]], path: Path, title: str = "",
+                legend_size: str = "medium") -> None:
+    """One line per (label, rows, accuracy key) against rounds and against cumulative bytes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for key in ("central-accuracy", "fed-accuracy", "fed-seen-accuracy", "fed-unseen-accuracy"):
+    for label, rows, key in series:
         pts = [(r["round"], r.get("total-train-bytes-down", 0) + r.get("total-train-bytes-up", 0), r[key])
                for r in rows if key in r]
         if not pts:
             continue
         rounds, nbytes, acc = zip(*pts)
-        axes[0].plot(rounds, acc, marker=".", label=key)
-        axes[1].plot([b / 1e6 for b in nbytes], acc, marker=".", label=key)
+        axes[0].plot(rounds, acc, marker=".", label=label)
+        axes[1].plot([b / 1e6 for b in nbytes], acc, marker=".", label=label)
     axes[0].set_xlabel("round")
     axes[1].set_xlabel("training traffic, MB (up + down)")
     for ax in axes:
         ax.set_ylabel("accuracy")
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize=legend_size)
     fig.suptitle(title)
     fig.tight_layout()
     buf = io.BytesIO()
