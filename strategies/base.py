@@ -558,6 +558,12 @@ class FedStrategy(Strategy):
             self.discover(grid)  # nodes that joined since the last round
             row: dict[str, Any] = {"round": rnd, **self.fit_round(rnd, grid)}
             row["train-seconds"] = time.time() - t0
+            if rnd == start_round and row.get("replies") == 0 and self.dropped and all(
+                    reason.startswith("client-error") for reason in self.dropped):
+                # every client failing its first round is a set-up error at the sites (a device that
+                # is not there, missing data), not a fault to ride out: the run fails, saying why
+                raise RuntimeError(f"round {rnd}: every client failed, so the run stops: "
+                                   + "; ".join(sorted(self.dropped)))
             if rnd % self.cfg.eval_every == 0 or rnd == num_rounds:
                 row.update(self.evaluate_round(rnd, grid))
             self.totals.update(self.traffic)

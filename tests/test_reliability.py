@@ -228,6 +228,14 @@ def test_a_client_failing_mid_round_keeps_its_last_committed_state(name, config,
     assert all(torch.equal(seen[3][k][n], t) for k, v in after_round_1.items() for n, t in v.items())
 
 
+def test_every_client_failing_the_first_round_fails_the_run(config):
+    """A set-up error at every site (here every client raising) stops the run with the clients'
+    reason instead of finishing 'successfully' with skipped rounds; a later round may fail at every
+    client (a fault) without stopping the run."""
+    with pytest.raises(RuntimeError, match="round 1: every client failed.*InjectedFault: fault-kind raise"):
+        run(config("fedavg", **{"fault-fraction": 1.0, "fault-kind": "raise"}))
+
+
 # ---- checkpoints and resume --------------------------------------------------------------------
 class Crash(Exception):
     pass
