@@ -385,6 +385,13 @@ class FedStrategy(Strategy):
             out[f"{prefix}-acc-client-std"] = float(accs.std())
             out[f"{prefix}-acc-client-min"] = float(accs.min())
             out[f"{prefix}-acc-client-max"] = float(accs.max())
+            for extra in ("unmasked", "val"):  # pooled like the above where every client reports them
+                if all(f"{extra}-accuracy" in r.metrics for r in rs):
+                    w = np.array([r.metrics[f"{extra}-num-examples"] for r in rs])
+                    if w.sum() > 0:
+                        for m in ("accuracy", "loss"):
+                            vals = np.array([r.metrics[f"{extra}-{m}"] for r in rs])
+                            out[f"{prefix}-{extra}-{m}"] = float((vals * w).sum() / w.sum())
         return MetricRecord(out)
 
     # ---- rounds ----------------------------------------------------------------------

@@ -68,7 +68,7 @@ def test_pfedhn_step_is_the_vjp_of_each_clients_delta(image_config):
         theta = ref.hnet(ref.embed.weight[pid])
         client = PeFLLClient(cfg, model_for(cfg), client_data(cfg, pid))
         delta, _ = client.phase_train({"theta": {k: t.detach() for k, t in theta.items()}},
-                                      {"server-round": 1, "local-steps": 3, "lr": 0.05})
+                                      {"server-round": 1, **ref.sgd_config()})
         surrogate = surrogate + sum((theta[k] * delta["delta"][k]).sum() for k in theta) / len(sampled)
         grad_e = torch.autograd.grad(sum((theta[k] * delta["delta"][k]).sum() for k in theta), ref.embed.weight,
                                      retain_graph=True)[0][pid]
