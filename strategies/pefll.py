@@ -74,6 +74,9 @@ class PeFLL(FedStrategy):
             "0: no clipping.", low=0.0),
         Key("standardize", bool, True, "Feed h the descriptor standardised by the mean and std of the first "
             "training descriptor's entries, (v - m) / s, as the authors' code does."),
+        Key("hyper-hidden", int, 100, "Width of the hypernetwork's hidden layers (Table 5: 100).", low=1),
+        Key("hyper-layers", int, 4, "Hidden layers of the hypernetwork (Table 5: 4, FC1-FC4; the code's "
+            "hyper-nhid 3 counts the ones after the first).", low=1),
         Key("hypernet", str, "table5", "Hypernetwork body: table5 (the paper: ReLU after each of the 4 hidden "
             "layers) or code (the authors' code: no ReLU after the last hidden layer).", ("table5", "code")),
     )
@@ -83,6 +86,7 @@ class PeFLL(FedStrategy):
         super().__init__(cfg, model, dataset)
         torch.manual_seed(cfg.seed + 1)  # eta_h, eta_v initialised from the run seed, reproducibly
         self.hnet = HyperNetwork(embed_dim(cfg), {k: v.shape for k, v in self.global_state.items()},
+                                 hidden=cfg.algo("hyper-hidden"), layers=cfg.algo("hyper-layers"),
                                  final_relu=cfg.algo("hypernet") == "table5")
         self.embed = self.build_embedding()
         opt, lr = cfg.algo("server-opt"), cfg.algo("server-lr")

@@ -35,7 +35,8 @@ class PFedHN(PeFLL):
     config_keys = (
         *(k for k in PeFLL.config_keys if k.name in ("k", "beta", "lambda-h", "lambda-theta", "embed-dim",
                                                      "server-opt", "server-lr", "server-momentum", "server-clip",
-                                                     "momentum", "inner-wd", "clip", "hypernet")),
+                                                     "momentum", "inner-wd", "clip", "hyper-hidden", "hyper-layers",
+                                                     "hypernet")),
         Key("lambda-e", float, 0.0, "L2 weight of the client embeddings (server-opt adam/sgd).", low=0.0),
         Key("new-client-rounds", int, 20, "Round trips that fit a new client's embedding (eta_h frozen).", low=0),
         Key("new-client-init", str, "random", "A new client's embedding starts random (N(0, 1), as the trained "
