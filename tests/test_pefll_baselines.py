@@ -118,3 +118,17 @@ def test_pfedhn_class_split_with_validation_and_test_set():
     everything = np.concatenate(train + val)
     assert len(np.unique(everything)) == len(everything)  # disjoint, validation never trained on
     assert len(np.unique(np.concatenate(test))) == 100
+
+
+def test_pefll_settings_files_parse():
+    """Every method of every PeFLL settings file is a valid run config (bad keys fail in one line)."""
+    import tomllib
+    from pathlib import Path
+
+    files = sorted((Path(__file__).parents[1] / "simulations" / "pefll").glob("*.toml"))
+    assert len(files) >= 7
+    for f in files:
+        spec = tomllib.loads(f.read_text())
+        for method, keys in spec["methods"].items():
+            cfg = parse_run_config({**spec["base"], **keys})
+            assert cfg.strategy == keys["strategy"], (f.name, method)
