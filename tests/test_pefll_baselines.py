@@ -132,3 +132,6 @@ def test_pefll_settings_files_parse():
         for method, keys in spec["methods"].items():
             cfg = parse_run_config({**spec["base"], **keys})
             assert cfg.strategy == keys["strategy"], (f.name, method)
+        if f.name.startswith("table1-cifar"):  # 5% of all clients per step, drawn from the 90% seen
+            n = spec["base"]["num-clients"]
+            assert round(spec["base"]["fraction-train"] * round(0.9 * n)) == n // 20, f.name
