@@ -151,7 +151,19 @@ class FedClient:
         return torch.unique(self.data.train_y)
 
     def evaluate_local(self) -> dict[str, float]:
-        """Loss and accuracy of ``self.model`` on the local test split, label-masked when configured."""
+        """Loss and accuracy of ``self.model`` on the local test split, label-masked when configured;
+        with masking on, also the unmasked ones (``unmasked-*``, from the same model), and with a
+        validation split (partition ``pfedhn``) the same metrics on it (``val-*``)."""
         d = self.data
-        return evaluate(self.model, d.test_x, d.test_y, mean=d.mean, std=d.std, device=self.device,
-                        classes=self.eval_classes(), mask=self.cfg.eval_label_mask)
+        classes = self.eval_classes()
+
+        def run(x, y, classes):
+            return evaluate(self.model, x, y, mean=d.mean, std=d.std, device=self.device, classes=classes,
+                            mask=self.cfg.eval_label_mask)
+
+        out = run(d.test_x, d.test_y, classes)
+        if classes is not None:
+            out.update({f"unmasked-{k}": v for k, v in run(d.test_x, d.test_y, None).items()})
+        if d.val_y is not None and len(d.val_y):
+            out.update({f"val-{k}": v for k, v in run(d.val_x, d.val_y, classes).items()})
+        return out

@@ -33,8 +33,15 @@ class FedRepClient(FedClient):
         self.trainable(self.body + self.head)
         return metrics
 
+    def head_steps_of(self, config: dict) -> int:
+        """head-epochs full passes over the training split (batches rounded up), else head-steps."""
+        epochs = int(config.get("head-epochs", 0))
+        if epochs:
+            return epochs * max(1, -(-len(self.data.train_y) // self.cfg.batch_size))
+        return int(config["head-steps"])
+
     def fit(self, payload: Payload, config: dict):
-        self.head_steps = config["head-steps"]
+        self.head_steps = self.head_steps_of(config)
         return super().fit(payload, config)
 
     def end_fit(self, payload: Payload, config: dict) -> None:
@@ -48,6 +55,6 @@ class FedRepClient(FedClient):
         if "head" not in self.state:  # a new client: fit a fresh head on the frozen body
             self.trainable(self.head)
             seed = (self.cfg.seed * 1_000_003 + int(config["server-round"])) * 10_007 + self.data.pid
-            FedClient.train(self, int(config["head-steps"]), float(config["lr"]), seed)
+            FedClient.train(self, self.head_steps_of(config), float(config["lr"]), seed)
             self.trainable(self.body + self.head)
         return self.evaluate_local()

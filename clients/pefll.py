@@ -61,15 +61,19 @@ def embedding_network(kind: str, input_shape: tuple[int, ...], num_classes: int,
 
 
 class HyperNetwork(nn.Module):
-    """h(v): MLP dim -> 100 -> 100 -> 100 -> 100, one linear head per client-model tensor."""
+    """h(v): MLP dim -> 100 -> 100 -> 100 -> 100, one linear head per client-model tensor.
 
-    def __init__(self, dim: int, shapes: dict[str, torch.Size], hidden: int = 100, layers: int = 4):
+    ``final_relu``: a ReLU after the last hidden layer too (the paper's Table 5); without it
+    the body ends linearly, as the authors' code's CNNHyper does."""
+
+    def __init__(self, dim: int, shapes: dict[str, torch.Size], hidden: int = 100, layers: int = 4,
+                 final_relu: bool = True):
         super().__init__()
         sizes = [dim] + [hidden] * layers
         body: list[nn.Module] = []
         for a, b in zip(sizes[:-1], sizes[1:]):
             body += [nn.Linear(a, b), nn.ReLU()]
-        self.body = nn.Sequential(*body)
+        self.body = nn.Sequential(*(body if final_relu else body[:-1]))
         self.shapes = dict(shapes)
         self.heads = nn.ModuleList(nn.Linear(hidden, torch.Size(s).numel()) for s in self.shapes.values())
 
@@ -123,17 +127,25 @@ class PeFLLClient(FedClient):
         theta = payload["theta"]
         self.load_tensors(theta)
         self.lambda_theta = float(config.get("lambda-theta", 0.0))
+        self.sgd = {k: float(config.get(k, 0.0)) for k in ("momentum", "inner-wd", "clip")}
         steps = int(config["local-steps"])
         seed = (self.cfg.seed * 1_000_003 + int(config["server-round"])) * 10_007 + self.data.pid
         metrics = self.train(steps, float(config["lr"]), seed)
         new = self.model_tensors()
         return {"delta": {k: new[k] - theta[k] for k in theta}}, {**metrics, "local-steps": steps}
 
+    def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
+        sgd = getattr(self, "sgd", {})  # the phase's config; the run config's otherwise
+        return torch.optim.SGD(self.model.parameters(), lr=lr, momentum=sgd.get("momentum", self.cfg.momentum),
+                               weight_decay=sgd.get("inner-wd", self.cfg.weight_decay))
+
     def correct_gradient(self) -> None:
-        # d/dtheta of lambda_theta * ||theta||^2
+        # d/dtheta of lambda_theta * ||theta||^2, then the clipping (the SGD's weight decay comes after it)
         if getattr(self, "lambda_theta", 0.0):
             for p in self.model.parameters():
                 p.grad.add_(p.detach(), alpha=2 * self.lambda_theta)
+        if getattr(self, "sgd", {}).get("clip"):
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.sgd["clip"])
 
     def phase_backprop(self, payload: Payload, config: dict) -> tuple[Payload, dict]:
         step = self.state.pop("pefll-step", None)
@@ -154,6 +166,7 @@ class PeFLLClient(FedClient):
             phi.load_state_dict(payload["eta_v"])
             with torch.no_grad():
                 v = descriptor(phi, *self.batch_tensors())
-            return {"v": {"v": v.cpu()}}, {"num-examples": len(self.data.train_y)}
+            hist = torch.bincount(self.data.train_y, minlength=self.data.num_classes)
+            return {"v": {"v": v.cpu(), "hist": hist}}, {"num-examples": len(self.data.train_y)}
         self.load_tensors(payload["theta"])
         return self.evaluate_local()

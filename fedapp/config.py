@@ -120,6 +120,8 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("partition-classes", int, 2, "Classes per client (pathological).", low=1),
     Key("partition-shards", int, 100, "Number of label-sorted shards (shards-halfnormal).", low=1),
     Key("partition-sigma", float, 1.0, "Half-normal scale (shards-halfnormal, quantity-halfnormal).", low=0.0, low_open=True),
+    Key("data-augment", bool, True, "Random crop + flip in local training where it is the dataset's recipe (CIFAR); "
+        "false trains on the images as they are (PeFLL's and pFedHN's code)."),
     Key("unseen-fraction", float, 0.0, "Share of clients held out as new clients that never train.", low=0.0, high=0.9),
     Key("test-fraction", float, 0.2, "Share of each client's data kept as its local test split.", low=0.0, high=0.9),
     Key("model", str, "mlp", "Model name; input shape and class count follow the dataset.", _models),

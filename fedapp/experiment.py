@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from fedapp.config import RunConfig
-from fedapp.data import Dataset, load_dataset, local_test_split, partition_indices, split_seen_unseen
+from fedapp.data import Dataset, load_dataset, local_test_split, partition_indices, pfedhn_partitions, split_seen_unseen
 from fedapp.models import build_model
 
 
@@ -50,6 +50,13 @@ def partitions(cfg: RunConfig) -> list[np.ndarray]:
                        cfg.partition_shards, cfg.partition_sigma)
 
 
+@lru_cache(maxsize=4)
+def _pfedhn_partitions(name: str, data_dir: str, num_clients: int, seed: int, s_alpha: float, s_beta: float,
+                       classes: int) -> tuple:
+    ds = _dataset(name, data_dir, num_clients, seed, s_alpha, s_beta)
+    return pfedhn_partitions(ds.train_y.numpy(), ds.test_y.numpy(), num_clients, classes, seed)
+
+
 @dataclass
 class ClientData:
     """One client's tensors: its training split and its local test split (CPU, uint8 or float)."""
@@ -64,6 +71,8 @@ class ClientData:
     std: tuple
     augment: bool
     unseen: bool = False
+    val_x: torch.Tensor | None = None  # held-out validation examples (partition "pfedhn")
+    val_y: torch.Tensor | None = None
 
 
 def client_data(cfg: RunConfig, pid: int, data_dir: str | None = None) -> ClientData:
@@ -74,6 +83,14 @@ def client_data(cfg: RunConfig, pid: int, data_dir: str | None = None) -> Client
     """
     if not 0 <= pid < cfg.num_clients and data_dir is None:
         raise ValueError(f"partition-id {pid} is outside 0..{cfg.num_clients - 1} (num-clients)")
+    unseen = pid in unseen_clients(cfg)
+    if data_dir is None and cfg.partition == "pfedhn":  # the authors' train / validation / test recipe
+        ds = dataset(cfg)
+        tr, va, te = (p[pid] for p in _pfedhn_partitions(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.seed,
+                                                         cfg.synthetic_alpha, cfg.synthetic_beta,
+                                                         cfg.partition_classes))
+        return ClientData(pid, ds.train_x[tr], ds.train_y[tr], ds.test_x[te], ds.test_y[te], ds.num_classes,
+                          ds.mean, ds.std, ds.augment and cfg.data_augment, unseen, ds.train_x[va], ds.train_y[va])
     if data_dir is not None:
         ds = load_dataset("imagefolder", data_dir, seed=cfg.seed)
         idx = np.arange(len(ds.train_y))
@@ -85,9 +102,8 @@ def client_data(cfg: RunConfig, pid: int, data_dir: str | None = None) -> Client
         train_idx, test_x, test_y = idx, ds.test_x, ds.test_y
     else:
         test_x, test_y = ds.train_x[test_idx], ds.train_y[test_idx]
-    unseen = pid in unseen_clients(cfg)
     return ClientData(pid, ds.train_x[train_idx], ds.train_y[train_idx], test_x, test_y,
-                      ds.num_classes, ds.mean, ds.std, ds.augment, unseen)
+                      ds.num_classes, ds.mean, ds.std, ds.augment and cfg.data_augment, unseen)
 
 
 def unseen_clients(cfg: RunConfig) -> frozenset[int]:

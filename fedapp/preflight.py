@@ -15,7 +15,6 @@ import importlib.util
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import torch
 
 from fedapp import checkpoint

@@ -16,8 +16,9 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from logging import INFO, WARNING
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -148,6 +149,7 @@ class FedStrategy(Strategy):
         self.history: list[dict[str, Any]] = []
         #: this round's valid evaluation replies (pid, unseen, metrics): the results' clients.csv
         self.client_evals: list[tuple[int, bool, dict[str, float]]] = []
+        self.results_path: Path | None = None  #: this run's results folder, once running with a writer
         self.sent: dict[int, RecordDict] = {}  # node id -> the content sent in the current exchange
         self.references: dict[int, tuple[ArrayRecord, Tensors]] = {}  # decoded sent records, by id
         self.refused: dict[int, int] = {}  # node id -> the partition id it claimed that another node serves
@@ -502,6 +504,13 @@ class FedStrategy(Strategy):
             out[f"{prefix}-acc-client-std"] = float(accs.std())
             out[f"{prefix}-acc-client-min"] = float(accs.min())
             out[f"{prefix}-acc-client-max"] = float(accs.max())
+            for extra in ("unmasked", "val"):  # pooled like the above where every client reports them
+                if all(f"{extra}-accuracy" in r.metrics for r in rs):
+                    w = np.array([r.metrics[f"{extra}-num-examples"] for r in rs])
+                    if w.sum() > 0:
+                        for m in ("accuracy", "loss"):
+                            vals = np.array([r.metrics[f"{extra}-{m}"] for r in rs])
+                            out[f"{prefix}-{extra}-{m}"] = float((vals * w).sum() / w.sum())
         return MetricRecord(out)
 
     # ---- rounds ----------------------------------------------------------------------
@@ -536,6 +545,7 @@ class FedStrategy(Strategy):
               writer=None, start_round: int = 1) -> list[dict[str, Any]]:
         """Run all rounds; each round's row goes to ``writer`` as soon as it is complete."""
         num_rounds = num_rounds or self.cfg.num_server_rounds
+        self.results_path = writer.path if writer is not None else None
         if isinstance(grid, InMemoryGrid):
             # a simulation's ServerApp shares the cores with the Ray workers: a second torch
             # thread only spins against them (aggregation took 2/3 of the process's time)

@@ -19,7 +19,13 @@ class FedRep(FedStrategy):
     """
 
     config_prefix = "fedrep"
-    config_keys = (Key("head-steps", int, 50, "SGD steps on the private head (body frozen) per round.", low=1),)
+    config_keys = (
+        Key("head-steps", int, 50, "SGD steps on the private head (body frozen) per round.", low=1),
+        Key("head-epochs", int, 0, "Epochs on the private head per round instead of head-steps (PeFLL's runs: 5); "
+            "0: head-steps.", low=0),
+        Key("new-head-epochs", int, 0, "Epochs a client without a head trains a fresh one before evaluation "
+            "(PeFLL's runs: 20); 0: as head-epochs / head-steps.", low=0),
+    )
 
     def __init__(self, cfg, model, dataset=None):
         super().__init__(cfg, model, dataset)
@@ -31,8 +37,12 @@ class FedRep(FedStrategy):
     def train_payload(self, pid, server_round):
         return {"body": self.body_state()}
 
+    def head_config(self, new: bool = False) -> dict[str, int]:
+        epochs = self.cfg.algo("new-head-epochs") if new else 0
+        return {"head-steps": self.cfg.algo("head-steps"), "head-epochs": epochs or self.cfg.algo("head-epochs")}
+
     def train_config(self, pid, server_round) -> dict[str, Any]:
-        return {**super().train_config(pid, server_round), "head-steps": self.cfg.algo("head-steps")}
+        return {**super().train_config(pid, server_round), **self.head_config()}
 
     def reply_spec(self, pid, server_round):
         return spec_of({"body": self.body_state()})
@@ -47,7 +57,7 @@ class FedRep(FedStrategy):
     def evaluate_contents(self, server_round, config=None):
         # a new client fits its head at evaluation with the run's lr and head-steps
         return super().evaluate_contents(server_round, {**dict(config or {}), "lr": round_lr(self.cfg, server_round),
-                                                        "head-steps": self.cfg.algo("head-steps")})
+                                                        **self.head_config(new=True)})
 
     def central_state(self) -> None:
         return None  # the body alone is no classifier

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 
+import io
+
+import numpy as np
 import torch
 from flwr.app import MessageType
 from flwr.serverapp import Grid
@@ -11,12 +14,13 @@ from flwr.serverapp import Grid
 from clients.pefll import EMBEDDINGS, HyperNetwork, PeFLLClient, embedding_network
 from fedapp.config import ConfigError, Key
 from fedapp.records import Payload, Tensors, make_content
+from fedapp.results import atomic_write
 from strategies.base import FedStrategy, Reply, Spec, spec_of
 
 
 def embed_dim(cfg) -> int:
-    """l = 1 + n/4 for n clients (the paper's choice), unless set."""
-    return cfg.algo("embed-dim") or 1 + cfg.num_clients // 4
+    """l = n/4 for n clients (the paper, Appendix A.2; the authors' code uses 1 + n/4), unless set."""
+    return cfg.algo("embed-dim") or max(1, cfg.num_clients // 4)
 
 
 class PeFLL(FedStrategy):
@@ -35,9 +39,13 @@ class PeFLL(FedStrategy):
         eta_h <- (1 - 2 beta lambda_h) eta_h + mean_i delta_eta_h_i
         eta_v <- (1 - 2 beta lambda_v) eta_v + mean_i delta_eta_v_i
 
-    where SGD_k is k steps of step size beta on loss + lambda_theta ||theta||^2. With
-    ``server-opt = "adam"`` the negated mean deltas (plus the L2 terms) are instead fed as
-    gradients to Adam with ``server-lr``, as the authors' public code does. A new client
+    where SGD_k is k steps of step size beta (momentum, weight decay and clipping as
+    configured) on loss + lambda_theta ||theta||^2. With ``server-opt = "adam"`` the negated
+    mean deltas (plus the L2 terms) are instead fed as gradients to Adam with ``server-lr``
+    (clipped jointly at ``server-clip``), as the authors' public code does; ``sgd`` is SGD with
+    momentum on them (pFedHN's code). With ``standardize`` the hypernetwork sees (v - m) / s,
+    m and s the mean and standard deviation of the entries of the first training descriptor
+    (the authors' code), and delta_v is taken with respect to the raw v. A new client
     (Algorithm 1) sends only a descriptor and evaluates h(v) on its test split.
     """
 
@@ -51,21 +59,43 @@ class PeFLL(FedStrategy):
         Key("lambda-theta", float, 0.0, "L2 weight lambda_theta of the client model in local SGD.", low=0.0),
         Key("embedding", str, "cnn", "phi: cnn (image + one-hot label channels), label (linear in the "
             "one-hot label), unlabeled (cnn on the image only).", EMBEDDINGS),
-        Key("embed-dim", int, 0, "Descriptor size l; 0 means 1 + num-clients/4.", low=0),
+        Key("embed-dim", int, 0, "Descriptor size l; 0 means num-clients/4 (the paper; the authors' code "
+            "uses 1 + num-clients/4).", low=0),
         Key("descriptor-batch", int, 32, "Examples in the batch B a training descriptor is computed on.", low=1),
-        Key("server-opt", str, "delta", "delta: the paper's update; adam: the public code's Adam on the "
-            "averaged deltas.", ("delta", "adam")),
-        Key("server-lr", float, 2e-4, "Adam learning rate (server-opt adam).", low=0.0, low_open=True),
+        Key("server-opt", str, "delta", "delta: the paper's update; adam: the authors' code's Adam on the "
+            "averaged deltas; sgd: SGD with server-momentum on them (pFedHN's code).", ("delta", "adam", "sgd")),
+        Key("server-lr", float, 2e-4, "Learning rate of server-opt adam or sgd.", low=0.0, low_open=True),
+        Key("server-momentum", float, 0.9, "Momentum of server-opt sgd.", low=0.0, high=1.0),
+        Key("server-clip", float, 0.0, "Clip the joint gradient norm of eta_h and eta_v at this before an adam/sgd "
+            "step (the authors' code: 50); 0: no clipping.", low=0.0),
+        Key("momentum", float, 0.9, "Momentum of the clients' SGD (the paper: 0.9).", low=0.0, high=1.0),
+        Key("inner-wd", float, 0.0, "Weight decay of the clients' SGD (the authors' code: 5e-5).", low=0.0),
+        Key("clip", float, 0.0, "Clip each local SGD step's gradient norm at this (the authors' code: 50); "
+            "0: no clipping.", low=0.0),
+        Key("standardize", bool, True, "Feed h the descriptor standardised by the mean and std of the first "
+            "training descriptor's entries, (v - m) / s, as the authors' code does."),
+        Key("hyper-hidden", int, 100, "Width of the hypernetwork's hidden layers (Table 5: 100).", low=1),
+        Key("hyper-layers", int, 4, "Hidden layers of the hypernetwork (Table 5: 4, FC1-FC4; the code's "
+            "hyper-nhid 3 counts the ones after the first).", low=1),
+        Key("hypernet", str, "table5", "Hypernetwork body: table5 (the paper: ReLU after each of the 4 hidden "
+            "layers) or code (the authors' code: no ReLU after the last hidden layer).", ("table5", "code")),
     )
-    checkpoint_attrs = ("hnet", "embed", "optimizers")
+    checkpoint_attrs = ("hnet", "embed", "optimizers", "v_stats")
 
     def __init__(self, cfg, model, dataset=None):
         super().__init__(cfg, model, dataset)
         torch.manual_seed(cfg.seed + 1)  # eta_h, eta_v initialised from the run seed, reproducibly
-        self.hnet = HyperNetwork(embed_dim(cfg), {k: v.shape for k, v in self.global_state.items()})
+        self.hnet = HyperNetwork(embed_dim(cfg), {k: v.shape for k, v in self.global_state.items()},
+                                 hidden=cfg.algo("hyper-hidden"), layers=cfg.algo("hyper-layers"),
+                                 final_relu=cfg.algo("hypernet") == "table5")
         self.embed = self.build_embedding()
-        self.optimizers = {name: torch.optim.Adam(getattr(self, name).parameters(), lr=cfg.algo("server-lr"))
-                           for name in ("hnet", "embed") if cfg.algo("server-opt") == "adam"}
+        opt, lr = cfg.algo("server-opt"), cfg.algo("server-lr")
+        make = {"adam": lambda ps: torch.optim.Adam(ps, lr=lr),
+                "sgd": lambda ps: torch.optim.SGD(ps, lr=lr, momentum=cfg.algo("server-momentum"))}.get(opt)
+        self.optimizers = {name: make(getattr(self, name).parameters()) for name in ("hnet", "embed") if make}
+        self.v_stats: torch.Tensor | None = None  # (m, s) of the standardisation, set at the first step
+        self.descriptor_log: list = []  # (round, v per client) of every evaluation, for descriptors.npz
+        self.descriptor_hist: dict = {}
 
     def build_embedding(self) -> torch.nn.Module:
         ds = self.dataset
@@ -75,6 +105,10 @@ class PeFLL(FedStrategy):
     def check_config(cls, cfg) -> None:
         if cfg.model != "lenet":
             raise ConfigError(f"run config 'model' = {cfg.model!r}: {cls.__name__} generates 'lenet' models")
+        p = cls.config_prefix
+        if cfg.algo("server-clip") and cfg.algo("server-opt") == "delta":
+            raise ConfigError(f"run config '{p}.server-clip' = {cfg.algo('server-clip')}: clipping needs "
+                              f"'{p}.server-opt' adam or sgd, not delta")
 
     def central_state(self) -> None:
         return None  # every client has its own model
@@ -82,9 +116,14 @@ class PeFLL(FedStrategy):
     # ---- messages ----------------------------------------------------------------
     def phase_config(self, server_round: int) -> dict:
         cfg = self.cfg
-        return {"local-steps": cfg.algo("k"), "lr": cfg.algo("beta"), "lambda-theta": cfg.algo("lambda-theta"),
-                "embed-dim": embed_dim(cfg), "embedding": cfg.algo("embedding"),
+        return {**self.sgd_config(), "embed-dim": embed_dim(cfg), "embedding": cfg.algo("embedding"),
                 "descriptor-batch": cfg.algo("descriptor-batch")}
+
+    def sgd_config(self) -> dict:
+        """The clients' local SGD: k steps of size beta, momentum, weight decay, clipping."""
+        cfg = self.cfg
+        return {"local-steps": cfg.algo("k"), "lr": cfg.algo("beta"), "lambda-theta": cfg.algo("lambda-theta"),
+                "momentum": cfg.algo("momentum"), "inner-wd": cfg.algo("inner-wd"), "clip": cfg.algo("clip")}
 
     def round_trip(self, grid: Grid, server_round: int, payloads: Mapping[int, Payload], phase: str,
                    spec: Callable[[int], Spec | None], message_type: str = MessageType.TRAIN,
@@ -109,14 +148,31 @@ class PeFLL(FedStrategy):
         """Phase 1 (or the first half of Algorithm 1 with ``train=False``): v_i per client."""
         eta_v = {k: v.detach() for k, v in self.embed.state_dict().items()}
         payload = {"eta_v": eta_v}  # one object: serialised once for all clients
-        replies = self.round_trip(grid, server_round, dict.fromkeys(pids, payload), "descriptor",
-                                  self.descriptor_spec, MessageType.TRAIN if train else MessageType.EVALUATE,
-                                  traffic)
+        spec = self.descriptor_spec
+        if not train:  # an evaluation descriptor comes with the client's training label counts
+            classes = self.dataset.num_classes
+            spec = lambda pid: {"v": {**self.descriptor_spec(pid)["v"], "hist": ((classes,), torch.int64)}}  # noqa: E731
+        replies = self.round_trip(grid, server_round, dict.fromkeys(pids, payload), "descriptor", spec,
+                                  MessageType.TRAIN if train else MessageType.EVALUATE, traffic)
+        if not train:  # kept for descriptors.npz
+            self.eval_descriptors = {r.pid: r.payload["v"] for r in replies}
         return {r.pid: r.payload["v"]["v"] for r in replies}
+
+    def h(self, v: torch.Tensor) -> Tensors:
+        """theta = h(v), v standardised first when configured (differentiable in v)."""
+        if self.v_stats is not None:
+            v = (v - self.v_stats[0]) / self.v_stats[1]
+        return self.hnet(v)
+
+    def set_standardization(self, v: torch.Tensor) -> None:
+        """m, s from the entries of the first training descriptor, fixed from then on (the authors'
+        code: torch.mean and the unbiased torch.std of the first sampled client's v)."""
+        if self.v_stats is None and self.cfg.algo("standardize"):
+            self.v_stats = torch.stack([v.mean(), v.std()]).detach()
 
     def personal_model(self, v: torch.Tensor) -> Tensors:
         with torch.no_grad():
-            return self.hnet(v)
+            return self.h(v)
 
     def local_training(self, server_round: int, grid: Grid, v: Mapping[int, torch.Tensor],
                        traffic: str = "train") -> list[Reply]:
@@ -127,7 +183,7 @@ class PeFLL(FedStrategy):
     def hypernetwork_vjp(self, v: torch.Tensor, delta: Tensors) -> tuple[list[torch.Tensor], torch.Tensor]:
         """(delta_eta_h, delta_v) = (d theta / d (eta_h, v))^T delta_theta at theta = h(v)."""
         v = v.detach().clone().requires_grad_(True)
-        theta = self.hnet(v)
+        theta = self.h(v)
         grads = torch.autograd.grad(list(theta.values()), [*self.hnet.parameters(), v],
                                     grad_outputs=[delta[k] for k in theta])
         return list(grads[:-1]), grads[-1]
@@ -141,7 +197,10 @@ class PeFLL(FedStrategy):
         return {r.pid: list(r.payload["delta"].values()) for r in replies}
 
     def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]:
-        v = self.descriptors(server_round, grid, self.sample(server_round))
+        pids = self.sample(server_round)
+        v = self.descriptors(server_round, grid, pids)
+        if v:
+            self.set_standardization(v[next(p for p in pids if p in v)])
         trained = self.local_training(server_round, grid, v)
         delta_h, delta_v = {}, {}
         for r in trained:
@@ -152,33 +211,42 @@ class PeFLL(FedStrategy):
         if len(done) < self.cfg.min_train_nodes:
             metrics["skipped"] = 1
             return metrics
-        self.apply("hnet", [delta_h[p] for p in done], self.cfg.algo("lambda-h"))
-        self.update_embedding({p: delta_e[p] for p in done})
+        mean_h = self.mean_update([delta_h[p] for p in done])
+        self.apply({"hnet": (mean_h, self.cfg.algo("lambda-h")),
+                    "embed": self.embedding_update({p: delta_e[p] for p in done})})
         losses = [r.metrics["train-loss"] for r in trained if r.pid in delta_e]
         metrics["train-loss"] = sum(losses) / len(losses)
         return metrics
 
-    def update_embedding(self, deltas: Mapping[int, list[torch.Tensor]]) -> None:
-        self.apply("embed", deltas.values(), self.cfg.algo("lambda-v"))
+    def embedding_update(self, deltas: Mapping[int, list[torch.Tensor]]) -> tuple[list[torch.Tensor], float]:
+        """(mean_i delta_eta_v_i, lambda_v): eta_v's update direction and L2 weight."""
+        return self.mean_update(list(deltas.values())), self.cfg.algo("lambda-v")
 
-    def apply(self, name: str, deltas: Iterable[list[torch.Tensor]], lam: float) -> None:
-        """Network ``name``: eta <- (1 - 2 beta lambda) eta + mean_i delta_i, or Adam on
-        -mean_i delta_i + 2 lambda eta."""
-        deltas = list(deltas)
+    def mean_update(self, deltas: list[list[torch.Tensor]]) -> list[torch.Tensor]:
+        """mean_i delta_i over the clients, or their robust combination (run config 'aggregation')."""
         if self.cfg.aggregation == "mean":
-            mean = [torch.stack(ds).mean(0) for ds in zip(*deltas)]
-        else:  # a robust combination (run config 'aggregation')
-            mean = list(self.combine([dict(enumerate(d)) for d in deltas], [1.0] * len(deltas)).values())
-        params = list(getattr(self, name).parameters())
-        opt = self.optimizers.get(name)
-        with torch.no_grad():
-            if opt is None:
-                for p, d in zip(params, mean):
-                    p.mul_(1 - 2 * self.cfg.algo("beta") * lam).add_(d)
-                return
-        for p, d in zip(params, mean):
-            p.grad = -d + 2 * lam * p.detach()
-        opt.step()
+            return [torch.stack(ds).mean(0) for ds in zip(*deltas)]
+        return list(self.combine([dict(enumerate(d)) for d in deltas], [1.0] * len(deltas)).values())
+
+    def apply(self, updates: Mapping[str, tuple[list[torch.Tensor], float]]) -> None:
+        """For each network ``name: (delta, lambda)``: eta <- (1 - 2 beta lambda) eta + delta, or
+        the optimiser's step on the gradient -delta + 2 lambda eta, clipped jointly over all
+        networks at ``server-clip`` (the authors' code clips eta_h and eta_v together)."""
+        if not self.optimizers:
+            with torch.no_grad():
+                for name, (delta, lam) in updates.items():
+                    for p, d in zip(getattr(self, name).parameters(), delta):
+                        p.mul_(1 - 2 * self.cfg.algo("beta") * lam).add_(d)
+            return
+        params = []
+        for name, (delta, lam) in updates.items():
+            for p, d in zip(getattr(self, name).parameters(), delta):
+                p.grad = -d + 2 * lam * p.detach()
+                params.append(p)
+        if self.cfg.algo("server-clip"):
+            torch.nn.utils.clip_grad_norm_(params, self.cfg.algo("server-clip"))
+        for name in updates:
+            self.optimizers[name].step()
 
     # ---- evaluation (Algorithm 1 for every client, seen or new) ---------------------
     def personal_models(self, server_round: int, grid: Grid, pids: list[int]) -> dict[int, Tensors]:
@@ -195,7 +263,32 @@ class PeFLL(FedStrategy):
                                       {"phase": "evaluate", "server-round": server_round, "partition-id": pid})
                     for pid, t in thetas.items()}
         replies = self.exchange(grid, self.messages(contents, MessageType.EVALUATE), traffic="eval")
+        self.save_descriptors(server_round)
         return dict(self.aggregate_evaluate(server_round, replies, dict.fromkeys(contents)) or {})
+
+    def save_descriptors(self, server_round: int) -> None:
+        """descriptors.npz beside rounds.json, rewritten at every evaluation: per evaluation
+        ``round`` and ``v`` (evaluations x clients x l, raw descriptors, NaN where a client did not
+        answer); per client ``pid``, ``new`` (never trained on) and ``hist`` (training label counts),
+        so the relation between descriptors and client data can be studied after a run."""
+        got = getattr(self, "eval_descriptors", {})
+        if not got or self.results_path is None or "hist" not in next(iter(got.values())):
+            return
+        pids = sorted(self.clients)
+        v = torch.full((len(pids), embed_dim(self.cfg)), float("nan"))
+        for i, pid in enumerate(pids):
+            if pid in got:
+                v[i] = got[pid]["v"]
+                self.descriptor_hist[pid] = got[pid]["hist"]
+        self.descriptor_log.append((server_round, v.numpy()))
+        zeros = np.zeros(len(next(iter(got.values()))["hist"]), dtype=np.int64)
+        hist = np.stack([np.asarray(self.descriptor_hist.get(p, zeros)) for p in pids])
+        path = self.results_path / "descriptors.npz"
+        buf = io.BytesIO()
+        np.savez(buf, round=np.array([r for r, _ in self.descriptor_log]), v=np.stack([x for _, x in self.descriptor_log]),
+                 pid=np.array(pids), new=np.array([p in self.unseen for p in pids]), hist=hist,
+                 m_s=(self.v_stats.numpy() if self.v_stats is not None else np.array([0.0, 1.0])))
+        atomic_write(path, buf.getvalue())
 
 
 ALGORITHMS = {"pefll": (PeFLL, PeFLLClient)}

@@ -7,7 +7,7 @@ from PIL import Image
 
 from clients.pefll import PeFLLClient, descriptor
 from fedapp.client_app import app as client_app
-from fedapp.config import parse_run_config
+from fedapp.config import ConfigError, parse_run_config
 from fedapp.experiment import client_data, dataset, model_for
 from fedapp.local import InProcessGrid, run_local
 from strategies.pefll import PeFLL, embed_dim
@@ -29,7 +29,7 @@ def image_config(tmp_path, monkeypatch):
         "strategy": "pefll", "dataset": "imagefolder", "data-dir": str(tmp_path / "tree"), "model": "lenet",
         "partition": "pathological", "partition-classes": 2, "num-clients": 6, "unseen-fraction": 0.34,
         "num-server-rounds": 1, "fraction-train": 0.75, "batch-size": 8, "pefll.k": 3, "pefll.beta": 0.05,
-        "pefll.descriptor-batch": 8, "fraction-evaluate": 0.0, "seed": 1,
+        "pefll.descriptor-batch": 8, "pefll.embed-dim": 3, "fraction-evaluate": 0.0, "seed": 1,
         "results-dir": str(tmp_path / "results"), "run-name": "t",
     }
 
@@ -64,6 +64,7 @@ def test_three_phases_equal_end_to_end_autograd(image_config):
     strategy, grid = run_recorded(image_config)
     cfg = parse_run_config(image_config)
     ref = PeFLL(cfg, model_for(cfg), strategy.dataset)  # the same seeded initial eta_h, eta_v
+    ref.v_stats = strategy.v_stats  # m, s of the first descriptor (checked in test_standardization)
     pids = sorted(r for r in strategy.clients if r not in strategy.unseen)
     sampled = sorted({node - 101 for node, _, phase, _ in grid.sent if phase == "backprop"})
     assert len(sampled) == 3 and set(sampled) <= set(pids)
@@ -72,8 +73,8 @@ def test_three_phases_equal_end_to_end_autograd(image_config):
     for pid in sampled:
         client = PeFLLClient(cfg, model_for(cfg), client_data(cfg, pid))
         x, y = client.batch_tensors(client.descriptor_batch(1, 8))
-        theta = ref.hnet(descriptor(ref.embed, x, y))  # one graph: eta_v -> v -> theta
-        config = {"server-round": 1, "local-steps": 3, "lr": 0.05}
+        theta = ref.h(descriptor(ref.embed, x, y))  # one graph: eta_v -> v -> (v - m) / s -> theta
+        config = {"server-round": 1, **ref.sgd_config()}
         delta, _ = client.phase_train({"theta": {k: t.detach() for k, t in theta.items()}}, config)
         surrogate = surrogate + sum((theta[k] * delta["delta"][k]).sum() for k in theta) / len(sampled)
     grads = torch.autograd.grad(surrogate, [*ref.hnet.parameters(), *ref.embed.parameters()])
@@ -96,7 +97,7 @@ def test_descriptor_is_permutation_invariant(image_config):
         perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
         v_perm = descriptor(strategy.embed, x[perm], y[perm], batch_size=7)
         v_other = descriptor(strategy.embed, x, y.roll(1))
-    assert v.shape == (embed_dim(cfg),) == (2,)
+    assert v.shape == (embed_dim(cfg),) == (3,)
     torch.testing.assert_close(v_perm, v, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(v_other, v)  # the labels enter the descriptor
 
@@ -120,7 +121,7 @@ def test_messages_unseen_clients_and_bytes(image_config):
     n_theta = sum(v.numel() for v in strategy.global_state.values())
     n_v = sum(p.numel() for p in strategy.embed.parameters())
     row = strategy.history[1]
-    assert row["train-params-down"] == row["train-params-up"] == 3 * (n_theta + n_v + 2)
+    assert row["train-params-down"] == row["train-params-up"] == 3 * (n_theta + n_v + 3)
     # bytes add only the arrays' names and headers to 4 bytes a value
     assert 1 < row["train-bytes-down"] / (4 * row["train-params-down"]) < 1.01
     assert row["replies"] == 3
@@ -164,12 +165,62 @@ def test_label_and_unlabeled_descriptors(image_config):
 
 
 def test_adam_variant_steps_by_server_lr(image_config):
-    """The public code's variant: Adam on -mean(delta) + 2 lambda eta; its first step is lr * g / (|g| + eps)."""
-    cfg = parse_run_config({**image_config, "pefll.server-opt": "adam", "pefll.server-lr": 1e-3})
+    """The authors' code's update: Adam on -mean(delta) + 2 lambda eta, the gradients of eta_h and
+    eta_v clipped together at server-clip; Adam's first step is lr * g / (|g| + eps)."""
+    cfg = parse_run_config({**image_config, "pefll.server-opt": "adam", "pefll.server-lr": 1e-3,
+                            "pefll.server-clip": 5.0})
     strategy = PeFLL(cfg, model_for(cfg), dataset(cfg))
-    before = [p.detach().clone() for p in strategy.embed.parameters()]
-    deltas = [[torch.randn_like(p) for p in before] for _ in range(3)]
-    strategy.update_embedding(dict(enumerate(deltas)))
-    for p, b, *ds in zip(strategy.embed.parameters(), before, *deltas):
-        grad = -torch.stack(ds).mean(0) + 2 * 1e-3 * b
-        torch.testing.assert_close(p.detach(), b - 1e-3 * grad / (grad.abs() + 1e-8), rtol=0, atol=1e-7)
+    before = {n: [p.detach().clone() for p in getattr(strategy, n).parameters()] for n in ("hnet", "embed")}
+    delta_h = [torch.randn_like(p) for p in before["hnet"]]
+    delta_e = [[torch.randn_like(p) for p in before["embed"]] for _ in range(3)]
+    strategy.apply({"hnet": (delta_h, 1e-3), "embed": strategy.embedding_update(dict(enumerate(delta_e)))})
+    grads = [-d + 2 * 1e-3 * b for d, b in zip(delta_h, before["hnet"])]
+    grads += [-torch.stack(ds).mean(0) + 2 * 1e-3 * b for b, *ds in zip(before["embed"], *delta_e)]
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    assert norm > 5.0  # so the clipping acts
+    after = [*strategy.hnet.parameters(), *strategy.embed.parameters()]
+    for p, b, g in zip(after, before["hnet"] + before["embed"], grads):
+        g = g * 5.0 / (norm + 1e-6)
+        torch.testing.assert_close(p.detach(), b - 1e-3 * g / (g.abs() + 1e-8), rtol=0, atol=1e-7)
+
+
+def test_standardization_and_config_errors(image_config):
+    """m, s are the mean and std of the first sampled client's descriptor entries, fixed after; h
+    sees (v - m) / s and delta_v is with respect to the raw v. Bad values fail with one line."""
+    strategy, grid = run_recorded(image_config)
+    cfg = parse_run_config(image_config)
+    first = min(node - 101 for node, _, phase, _ in grid.sent if phase == "backprop")  # sample is sorted
+    client = PeFLLClient(cfg, model_for(cfg), client_data(cfg, first))
+    with torch.no_grad():  # its descriptor at the initial eta_v (a fresh strategy has it)
+        v1 = descriptor(PeFLL(cfg, model_for(cfg), strategy.dataset).embed,
+                        *client.batch_tensors(client.descriptor_batch(1, 8)))
+    torch.testing.assert_close(strategy.v_stats, torch.stack([v1.mean(), v1.std()]))
+    v = torch.randn(3)
+    with torch.no_grad():
+        want = strategy.hnet((v - strategy.v_stats[0]) / strategy.v_stats[1])
+    for k, t in strategy.personal_model(v).items():
+        torch.testing.assert_close(t, want[k])
+    cfg = parse_run_config({**image_config, "pefll.standardize": False})
+    assert PeFLL(cfg, model_for(cfg), strategy.dataset).v_stats is None
+    with pytest.raises(ConfigError, match="'pefll.server-clip' = 50.0: clipping needs 'pefll.server-opt' adam"):
+        PeFLL.check_config(parse_run_config({**image_config, "pefll.server-clip": 50.0}))
+    for key, bad in (("pefll.hypernet", "wide"), ("pefll.momentum", 1.5), ("pefll.clip", -1.0)):
+        with pytest.raises(ConfigError, match=f"'{key}'"):
+            parse_run_config({**image_config, key: bad})
+
+def test_descriptors_npz_beside_the_rounds(image_config):
+    """Every evaluation appends each client's descriptor v to descriptors.npz in the run's own
+    results folder, with its partition id, whether it is new and its training label counts; a
+    second run of the same name writes into its own folder, never the first's."""
+    cfg = {**image_config, "fraction-evaluate": 1.0, "num-server-rounds": 2}
+    first = run_local(cfg)
+    second = run_local(cfg)
+    assert first.results_path != second.results_path
+    for strategy in (first, second):
+        doc = np.load(strategy.results_path / "descriptors.npz")
+        assert list(doc["round"]) == [1, 2]
+        assert doc["v"].shape == (2, 6, 3) and np.isfinite(doc["v"]).all()
+        assert list(doc["pid"]) == list(range(6))
+        assert sorted(np.flatnonzero(doc["new"])) == sorted(strategy.unseen)
+        data = [client_data(parse_run_config(cfg), pid) for pid in range(6)]
+        np.testing.assert_array_equal(doc["hist"], [np.bincount(d.train_y.numpy(), minlength=4) for d in data])

@@ -1,14 +1,17 @@
 """PeFLL's Table 1 baselines: Local, FedRep and pFedHN, checked by hand on tiny image data."""
 
+import numpy as np
 import torch
 
 from clients.fedavg import FedAvgClient
 from clients.fedrep import FedRepClient
 from clients.pefll import PeFLLClient
 from fedapp.config import parse_run_config
-from fedapp.experiment import client_data, dataset, model_for
+from fedapp.data import pfedhn_partitions
+from fedapp.experiment import ClientData, client_data, dataset, model_for
 from fedapp.models import body_head_keys
 from strategies.base import weighted_mean
+from strategies.fedrep import FedRep
 from strategies.pfedhn import PFedHN
 from tests.test_pefll import image_config, run_recorded  # noqa: F401  (fixture)
 
@@ -68,7 +71,7 @@ def test_pfedhn_step_is_the_vjp_of_each_clients_delta(image_config):
         theta = ref.hnet(ref.embed.weight[pid])
         client = PeFLLClient(cfg, model_for(cfg), client_data(cfg, pid))
         delta, _ = client.phase_train({"theta": {k: t.detach() for k, t in theta.items()}},
-                                      {"server-round": 1, "local-steps": 3, "lr": 0.05})
+                                      {"server-round": 1, **ref.sgd_config()})
         surrogate = surrogate + sum((theta[k] * delta["delta"][k]).sum() for k in theta) / len(sampled)
         grad_e = torch.autograd.grad(sum((theta[k] * delta["delta"][k]).sum() for k in theta), ref.embed.weight,
                                      retain_graph=True)[0][pid]
@@ -82,3 +85,53 @@ def test_pfedhn_step_is_the_vjp_of_each_clients_delta(image_config):
     for pid in strategy.unseen:
         assert [m for n, m, p, _ in grid.sent if n == 101 + pid] == ["query", "train", "train", "evaluate"]
     assert 0 <= strategy.history[-1]["fed-unseen-accuracy"] <= 1
+
+
+def test_fedrep_epochs_as_the_pefll_paper_runs_it():
+    """Head 5 epochs per round and a new client's fresh head 20 epochs, counted in full batches."""
+    cfg = parse_run_config({"strategy": "fedrep", "batch-size": 4, "fedrep.head-epochs": 5,
+                            "fedrep.new-head-epochs": 20})
+    strategy = FedRep(cfg, model_for(cfg))
+    assert strategy.head_config() == {"head-steps": 50, "head-epochs": 5}
+    assert strategy.head_config(new=True) == {"head-steps": 50, "head-epochs": 20}
+    data = ClientData(0, torch.zeros(10, 60), torch.zeros(10, dtype=torch.long), torch.zeros(2, 60),
+                      torch.zeros(2, dtype=torch.long), 10, (), (), False)
+    client = FedRepClient(cfg, model_for(cfg), data)
+    assert client.head_steps_of(strategy.head_config()) == 5 * 3  # 10 examples in batches of 4: 3 a pass
+    assert client.head_steps_of(strategy.head_config(new=True)) == 20 * 3
+    assert client.head_steps_of({"head-steps": 7, "head-epochs": 0}) == 7
+
+
+def test_pfedhn_class_split_with_validation_and_test_set():
+    """The authors' data recipe: each class to 2n/C clients, equal shares; validation held out of
+    the training set evenly per class; test examples of the client's classes from the test set."""
+    train_labels = np.repeat(np.arange(10), 50)
+    test_labels = np.repeat(np.arange(10), 10)
+    train, val, test = pfedhn_partitions(train_labels, test_labels, 10, 2, seed=3)
+    holders = np.zeros(10, int)
+    for i in range(10):
+        classes = set(train_labels[train[i]])
+        assert len(classes) == 2 and set(train_labels[val[i]]) == classes == set(test_labels[test[i]])
+        assert (len(train[i]), len(val[i]), len(test[i])) == (40, 10, 10)  # 100 of 500 held out: 10 a class
+        holders[list(classes)] += 1
+    assert (holders == 2).all()
+    everything = np.concatenate(train + val)
+    assert len(np.unique(everything)) == len(everything)  # disjoint, validation never trained on
+    assert len(np.unique(np.concatenate(test))) == 100
+
+
+def test_pefll_settings_files_parse():
+    """Every method of every PeFLL settings file is a valid run config (bad keys fail in one line)."""
+    import tomllib
+    from pathlib import Path
+
+    files = sorted((Path(__file__).parents[1] / "simulations" / "pefll").glob("*.toml"))
+    assert len(files) >= 7
+    for f in files:
+        spec = tomllib.loads(f.read_text())
+        for method, keys in spec["methods"].items():
+            cfg = parse_run_config({**spec["base"], **keys})
+            assert cfg.strategy == keys["strategy"], (f.name, method)
+        if f.name.startswith("table1-cifar"):  # 5% of all clients per step, drawn from the 90% seen
+            n = spec["base"]["num-clients"]
+            assert round(spec["base"]["fraction-train"] * round(0.9 * n)) == n // 20, f.name

@@ -21,6 +21,9 @@ from flwr_datasets.partitioner import (
 )
 
 
+PFEDHN_VAL_SIZE = 10_000  # training images held out for validation (CIFAR-10 and CIFAR-100 alike)
+
+
 class PrecomputedPartitioner(Partitioner):
     """Base for schemes that need the whole label column at once; computed on first access."""
 
@@ -113,6 +116,56 @@ class HalfClassesPartitioner(PrecomputedPartitioner):
         return [np.sort(np.concatenate(p)) for p in parts]
 
 
+def pfedhn_classes(num_classes: int, n: int, classes_per_client: int, seed: int) -> list[list[int]]:
+    """The class split of pFedHN and PeFLL's public code: every class goes to
+    ``classes_per_client * n / num_classes`` clients; client i in turn takes each of its classes
+    at random among those with the most places left (never one it already holds)."""
+    rng = np.random.default_rng(seed)
+    left = np.full(num_classes, classes_per_client * n // num_classes)
+    out = []
+    for _ in range(n):
+        mine: list[int] = []
+        for _ in range(classes_per_client):
+            free = np.array([c not in mine for c in range(num_classes)])
+            best = np.flatnonzero(free & (left == left[free].max()))
+            mine.append(int(rng.choice(best)))
+            left[mine[-1]] -= 1
+        out.append(mine)
+    return out
+
+
+def pfedhn_split(labels: np.ndarray, classes: list[list[int]], seed: int) -> list[np.ndarray]:
+    """Indices per client: each class's examples (shuffled by ``seed``) cut into equal shares,
+    one per client holding the class, in client order (the authors' int(count / holders))."""
+    labels = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    num_classes = max(max(c) for c in classes) + 1
+    holders = np.bincount([c for cs in classes for c in cs], minlength=num_classes)
+    pools = {c: rng.permutation(np.flatnonzero(labels == c)) for c in range(num_classes)}
+    taken = dict.fromkeys(pools, 0)
+    out = []
+    for cs in classes:
+        idx = []
+        for c in cs:
+            k = int(len(pools[c]) / holders[c])
+            idx.append(pools[c][taken[c]:taken[c] + k])
+            taken[c] += k
+        out.append(np.sort(np.concatenate(idx)).astype(np.int64))
+    return out
+
+
+def pfedhn_val_holdout(labels: np.ndarray, val_size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, validation) indices: ``val_size / C`` examples of every class held out, as the
+    PeFLL/pFedHN code holds 10,000 CIFAR training images out for validation."""
+    labels = np.asarray(labels)
+    num_classes = int(labels.max()) + 1
+    rng = np.random.default_rng(seed)
+    per_class = [rng.permutation(np.flatnonzero(labels == c)) for c in range(num_classes)]
+    k = val_size // num_classes
+    return (np.sort(np.concatenate([p[k:] for p in per_class])),
+            np.sort(np.concatenate([p[:k] for p in per_class])))
+
+
 def allocate(weights: np.ndarray, total: int, minimum: int) -> np.ndarray:
     """Integer sizes summing to ``total``, each >= ``minimum``, the rest proportional to weights
     (largest-remainder rounding, so nothing is lost to truncation)."""
@@ -170,6 +223,44 @@ def _half_classes(labels, n, seed, **_):
     return HalfClassesPartitioner(n, seed), None
 
 
+class _Fixed(Partitioner):
+    """Partitions given as index arrays into the label column (for precomputed splits)."""
+
+    def __init__(self, parts: list[np.ndarray]) -> None:
+        super().__init__()
+        self.parts = parts
+
+    def load_partition(self, partition_id: int) -> datasets.Dataset:
+        return self.dataset.select(self.parts[partition_id].tolist())
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.parts)
+
+
+def pfedhn_partitions(train_labels: np.ndarray, test_labels: np.ndarray | None, n: int, classes_per_client: int,
+                      seed: int) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """(train, validation, test) index arrays per client, the recipe of pFedHN's and PeFLL's code:
+    ``PFEDHN_VAL_SIZE`` training examples (at most a fifth) held out evenly per class as
+    validation; one class split shared by the three sets, each class's examples of each set cut
+    into equal shares among its holders; train and validation index the training labels, test
+    the test labels."""
+    train_labels = np.asarray(train_labels)
+    num_classes = int(train_labels.max()) + 1
+    train, val = pfedhn_val_holdout(train_labels, min(PFEDHN_VAL_SIZE, len(train_labels) // 5), seed)
+    classes = pfedhn_classes(num_classes, n, classes_per_client, seed)
+    parts = ([train[i] for i in pfedhn_split(train_labels[train], classes, seed)],
+             [val[i] for i in pfedhn_split(train_labels[val], classes, seed + 1)])
+    test = [] if test_labels is None else pfedhn_split(test_labels, classes, seed + 2)
+    return (*parts, test)
+
+
+def _pfedhn(labels, n, seed, classes_per_client, **_):
+    # the training split only; fedapp.experiment.client_data takes validation and test from
+    # pfedhn_partitions as well
+    return _Fixed(pfedhn_partitions(labels, None, n, classes_per_client, seed)[0]), None
+
+
 def _natural(labels, n, seed, natural_ids, **_):
     if natural_ids is None:
         raise ValueError("partitioner 'natural' needs natural_ids (e.g. Dataset.train_client)")
@@ -189,6 +280,7 @@ PARTITIONERS: dict[str, _Factory] = {
     "quantity-halfnormal": _quantity_halfnormal,
     "half-classes": _half_classes,
     "natural": _natural,
+    "pfedhn": _pfedhn,
 }
 
 
