@@ -11,9 +11,22 @@ from fedapp.models import body_head_keys
 from fedapp.records import Payload, Tensors
 
 
+def conv_body_layers(model: torch.nn.Module) -> int | None:
+    """The paper's default split (Table 4): the body is the convolutional layers, the head the final
+    dense layers, i.e. the leading layer groups opened by a Conv2d (LeNet: conv1, conv2; ResNet-20:
+    all 21 convs). None (all but the last layer) for a model without a convolution."""
+    convs = 0
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Conv2d):
+            convs += 1
+        elif isinstance(module, torch.nn.Linear):
+            break
+    return convs or None
+
+
 def split_model(cfg: RunConfig, model: torch.nn.Module) -> tuple[list[str], list[str]]:
-    """(body, head) state_dict keys for ``fedals.body-layers`` (0: all layers but the last)."""
-    return body_head_keys(model, cfg.algo("body-layers") or None)
+    """(body, head) state_dict keys for ``fedals.body-layers`` (0: the conv layers, see ``conv_body_layers``)."""
+    return body_head_keys(model, cfg.algo("body-layers") or conv_body_layers(model))
 
 
 class FedALSClient(FedClient):
@@ -29,6 +42,14 @@ class FedALSClient(FedClient):
     def __init__(self, cfg, model, data, state=None, device="cpu"):
         super().__init__(cfg, model, data, state, device)
         self.body_keys, self.head_keys = split_model(cfg, model)
+
+    def make_optimizer(self, lr):
+        """SGD with momentum; Nesterov's variant with ``fedals.nesterov`` (the paper's Table 4; the
+        authors' code uses plain heavy-ball momentum)."""
+        opt = super().make_optimizer(lr)
+        for group in opt.param_groups:
+            group["nesterov"] = self.cfg.algo("nesterov")
+        return opt
 
     def part(self, tensors: Tensors, keys: list[str]) -> Tensors:
         return {k: tensors[k] for k in keys}
