@@ -35,6 +35,13 @@ class FedALS(FedStrategy):
         Key("alpha", int, 10, "Body averaging period in rounds (alpha = 1 is FedAvg).", low=1),
         Key("body-layers", int, 0, "L: leading layers in the body phi; 0 = the conv layers (all but the last "
             "layer for a model without convs).", low=0),
+        Key("layer-groups", str, "layers", "What body-layers counts: layers (every Conv/Linear) or authors "
+            "(their ResNet-20 grouping: a shortcut conv joins its block's second conv; 20 layers).",
+            ("layers", "authors")),
+        Key("scaffold-variant", str, "algorithm4", "fedals-scaffold only: algorithm4 (the paper's Algorithm 4), "
+            "authors (their code as it runs: separate momentum-free control step, x_pre shares the model so "
+            "the control variates freeze after a client's first sync) or authors-copy (the same with a real copy).",
+            ("algorithm4", "authors", "authors-copy")),
         Key("nesterov", bool, False, "Nesterov momentum (the paper's Table 4) instead of heavy-ball (the authors' code)."),
     )
     checkpoint_attrs = ("body_round", "body_pids", "client_body")
