@@ -327,3 +327,95 @@ def test_scaffold_authors_control_variates_freeze_after_the_first_sync(small_con
         for pid in range(4):
             assert torch.allclose(ci[pid][k], ci1[pid][k] - c1[k], atol=1e-7)
             assert float(ci[pid]["fc1.weight"].abs().max()) == 0.0
+
+
+def test_matches_authors_fedals_code():
+    """FedAvg and FedALS against the authors' code (simulations/fedals/authors_golden.py made the
+    numbers with their DSGDAlg.parallel_sgd_layer): 5 clients, ResNet-20, tau = 2, alpha = 3, the same
+    initial model and batches. Their loop averages after iteration 0 (one step) and then every tau /
+    alpha tau iterations; fedapp's first average comes after tau steps, so round 0 here is a one-step
+    round that averages everything, rounds 1-6 are tau steps each (server rounds r + alpha, so that
+    round 0 is a body round).
+    Compared: the averaged model and client 0's model after 1, 5, 7, 13 iterations (rounds 0, 2, 3, 6;
+    round 2 is between body averages: private bodies, shared head)."""
+    import json
+    from pathlib import Path
+
+    from fedapp.experiment import ClientData
+    from simulations.fedals.authors_golden import SETTING, golden_images, initial_state, kind_of, summary
+    from strategies.base import Reply
+
+    golden = json.loads((Path(__file__).parent / "data" / "fedals_authors_golden.json").read_text())
+    tau, n, per = SETTING["tau"], SETTING["nodes"], SETTING["per_node"]
+    x, y = (torch.from_numpy(a) for a in golden_images())
+    model = build_model("resnet20", (3, 32, 32), 10)
+    bn = {name for name, m in model.named_modules() if isinstance(m, torch.nn.BatchNorm2d)}
+    sd = model.state_dict()
+    shapes = [(kind_of(k, v.dim(), k.rsplit(".", 1)[0] in bn), tuple(v.shape)) for k, v in sd.items()]
+    init = {k: torch.from_numpy(a) for k, a in zip(sd, initial_state(shapes))}
+    data = [ClientData(k, x[k * per:(k + 1) * per], y[k * per:(k + 1) * per], x[:0], y[:0], 10, (), (), False)
+            for k in range(n)]
+    rounds = {(c - 1) // tau: i for i, c in enumerate(golden["checkpoints"])}  # iterations 1 + tau r
+    assert rounds == {0: 0, 2: 1, 3: 2, 6: 3}
+
+    def run(alpha):
+        cfg = parse_run_config({"strategy": "fedals", "model": "resnet20", "num-clients": n, "batch-size": per,
+                                "local-steps": tau, "lr": 2.0 ** -SETTING["lr_exp"], "momentum": SETTING["momentum"],
+                                "weight-decay": SETTING["weight_decay"], "fedals.alpha": alpha})
+        model.load_state_dict(init)
+        strategy = FedALS(cfg, model)
+        states: dict[int, dict] = {k: {} for k in range(n)}
+        out = {}
+        for rnd in range(max(rounds) + 1):
+            replies, server_round = [], rnd + alpha
+            for k in range(n):
+                config = {**strategy.train_config(k, server_round), "server-round": server_round,
+                          "local-steps": 1 if rnd == 0 else tau}
+                client = FedALSClient(cfg, build_model("resnet20", (3, 32, 32), 10), data[k], states[k])
+                payload, metrics = client.fit(strategy.train_payload(k, server_round), config)
+                states[k] = client.state
+                replies.append(Reply(k, payload, metrics))
+            strategy.aggregate(server_round, replies)
+            if rnd in rounds:
+                # a client's body: the new average after a body round, else its own (kept in its state)
+                own = [{**states[k]["body"], **strategy.global_state} if strategy.body_round == server_round
+                       else {**strategy.global_state, **states[k]["body"]} for k in range(n)]
+                averaged = weighted_mean(own, [1.0] * n)
+                out[rnd] = {"averaged": summary({k: averaged[k] for k in sd}),
+                            "node0": summary({k: own[0][k] for k in sd})}
+        return out
+
+    # after one step the two codes agree to float rounding; later steps amplify it (torch 2.13 here,
+    # 2.14.1 there; float64 vs float32 averages) to at most 0.2% of a tensor's sum of squares after
+    # 13 iterations, far below the gap between FedAvg and FedALS (checked below)
+    tol = {0: (1e-5, 1e-4), 2: (1e-2, 0.2), 3: (1e-2, 0.2), 6: (1e-2, 0.2)}
+    for name, alpha in (("fedavg", 1), ("fedals", SETTING["alpha"])):
+        ours = run(alpha)
+        for rnd, i in rounds.items():
+            for what in ("averaged", "node0"):
+                np.testing.assert_allclose(ours[rnd][what], golden[name][i][what], *tol[rnd],
+                                           err_msg=f"{name} round {rnd} {what}")
+    for rnd, i in rounds.items():
+        if rnd:
+            assert not np.allclose(golden["fedavg"][i]["averaged"], golden["fedals"][i]["averaged"], *tol[rnd])
+
+
+def test_authors_scaffold_controls_freeze_in_their_code():
+    """Recorded from the authors' parallel_scaffold_layer (simulations/fedals/authors_golden.py): their
+    x_pre = copy.copy(node.x) shares node.x's tensors, so x_pre - x = 0 at every average after the
+    first: a head's c_i is fixed from its second average (iteration 2) on, a body's from its second
+    (iteration 6), and stays nonzero (c_i^(1) - c^(1)). fedals.scaffold-variant = "authors" does the same."""
+    import json
+    from pathlib import Path
+
+    golden = json.loads((Path(__file__).parent / "data" / "fedals_authors_golden.json").read_text())
+    runs = dict(zip(golden["scaffold"]["checkpoints"], golden["scaffold"]["runs"]))
+    assert all(r["x_pre_shares_x"] for r in runs.values())
+    first_conv, fc = 0, -2  # state indices: the stem conv (body), fc.weight (head)
+    for node in range(golden["setting"]["nodes"]):
+        c = {t: np.array(r["c_nodes"][node]) for t, r in runs.items()}
+        assert not np.allclose(c[1][fc], c[3][fc])  # the second head average subtracts c_h
+        np.testing.assert_allclose(c[3][fc], c[13][fc], rtol=1e-5, atol=1e-4)
+        assert not np.allclose(c[3][first_conv], c[7][first_conv])  # ... and the second body average c_phi
+        np.testing.assert_allclose(c[7][first_conv], c[13][first_conv], rtol=1e-5, atol=1e-4)
+        assert c[13][fc][1] > 1e-3 and c[13][first_conv][1] > 1e-3  # frozen, not zero
