@@ -7,13 +7,44 @@ import torch
 from clients.base import FedClient
 from clients.scaffold import ScaffoldClient, option_two
 from fedapp.config import RunConfig
-from fedapp.models import body_head_keys
+from fedapp.models import layer_groups
 from fedapp.records import Payload, Tensors
 
 
+def fedals_layer_groups(model: torch.nn.Module, grouping: str = "layers") -> list[list[str]]:
+    """Layer groups that ``fedals.body-layers`` counts. "layers": every Conv/Linear is a layer
+    (ResNet-20: 22 = 19 convs + 2 shortcut convs + fc). "authors": as the authors' code groups its
+    ResNet-20 (a group opens at each state key naming a "conv" or "fc.weight"), a shortcut conv and its
+    norm join the group of the block's second conv, so ResNet-20 has 20 layers as in the paper."""
+    groups = layer_groups(model)
+    if grouping == "authors":
+        merged: list[list[str]] = []
+        for g in groups:
+            if merged and ".shortcut." in f".{g[0]}":
+                merged[-1] = merged[-1] + g
+            else:
+                merged.append(g)
+        groups = merged
+    return groups
+
+
 def split_model(cfg: RunConfig, model: torch.nn.Module) -> tuple[list[str], list[str]]:
-    """(body, head) state_dict keys for ``fedals.body-layers`` (0: all layers but the last)."""
-    return body_head_keys(model, cfg.algo("body-layers") or None)
+    """(body, head) state_dict keys: the first ``fedals.body-layers`` groups are the body. 0 is the
+    paper's default (Table 4): the body is the convolutional layers and the head the final dense
+    layers (LeNet: conv1, conv2 | fc1, fc2, fc; ResNet-20: all convs | fc); for a model without
+    convolutions, all layers but the last."""
+    groups = fedals_layer_groups(model, cfg.algo("layer-groups"))
+    n, L = len(groups), cfg.algo("body-layers")
+    if L == 0:
+        convs = 0
+        for g in groups:
+            if isinstance(model.get_submodule(g[0].rpartition(".")[0]), torch.nn.Linear):
+                break
+            convs += 1
+        L = convs or n - 1
+    if not 1 <= L < n:
+        raise ValueError(f"body-layers must be 0 or in [1, {n - 1}] (this model has {n} layer groups), got {L}")
+    return [k for g in groups[:L] for k in g], [k for g in groups[L:] for k in g]
 
 
 class FedALSClient(FedClient):
@@ -29,6 +60,14 @@ class FedALSClient(FedClient):
     def __init__(self, cfg, model, data, state=None, device="cpu"):
         super().__init__(cfg, model, data, state, device)
         self.body_keys, self.head_keys = split_model(cfg, model)
+
+    def make_optimizer(self, lr):
+        """SGD with momentum; Nesterov's variant with ``fedals.nesterov`` (the paper's Table 4; the
+        authors' code uses plain heavy-ball momentum)."""
+        opt = super().make_optimizer(lr)
+        for group in opt.param_groups:
+            group["nesterov"] = self.cfg.algo("nesterov")
+        return opt
 
     def part(self, tensors: Tensors, keys: list[str]) -> Tensors:
         return {k: tensors[k] for k in keys}
@@ -91,7 +130,41 @@ class FedALSScaffoldClient(FedALSClient, ScaffoldClient):
         1 / (eta tau) would make c about 1 / (1 - beta) times too large (diverged at beta = 0.9)."""
         return lr / (1.0 - self.cfg.momentum)
 
+    # ---- the authors' code (fedals.scaffold-variant = "authors" / "authors-copy") ----------
+    # Each local step is the plain (momentum) SGD step followed by a separate momentum-free step
+    # x <- x - lr c_i + lr c; when a part is averaged, c_{part,i} <- c_i - c + (x_pre - x) / (lr tau)
+    # for both parts (their coefficient uses the head's period), x_pre being the model right after
+    # the client's previous synchronisation. Their x_pre = copy.copy(node.x) shares node.x's tensors,
+    # so x_pre - x = 0 after a client's first synchronisation ("authors"); "authors-copy" is the same
+    # rule with x_pre a real copy.
+    def correct_gradient(self) -> None:
+        if self.cfg.algo("scaffold-variant") == "algorithm4":
+            super().correct_gradient()
+
+    def make_optimizer(self, lr):
+        opt = super().make_optimizer(lr)
+        if self.cfg.algo("scaffold-variant") != "algorithm4":
+            def control_step(optimizer, args, kwargs):
+                with torch.no_grad():
+                    for name, p in self.params.items():
+                        p.add_(self.correction[name], alpha=lr)
+            opt.register_step_post_hook(control_step)
+        return opt
+
     def end_fit(self, payload: Payload, config: dict) -> None:
+        variant = self.cfg.algo("scaffold-variant")
+        if variant != "algorithm4":
+            FedALSClient.end_fit(self, payload, config)
+            synced = (self.body_params if config.get("sync-body") else []) + self.head_params
+            c_i, c = (self.part(t, synced) for t in (self.client_control, self.control))
+            if variant == "authors-copy" or not self.state.get("control"):  # a real x_pre, or the first sync
+                new = option_two(c_i, c, self.part(self.anchor, synced), self.part(self.param_tensors(), synced),
+                                 self.steps, float(config["lr"]))
+            else:
+                new = {k: c_i[k] - c[k] for k in synced}
+            self.control_delta = {k: (new[k] - c_i[k]).cpu() for k in synced}
+            self.state["control"] = {k: v.cpu() for k, v in {**self.client_control, **new}.items()}
+            return
         super().end_fit(payload, config)
         lr = self.control_lr(float(config["lr"]))
         y = self.param_tensors()

@@ -33,9 +33,23 @@ class FedALS(FedStrategy):
     config_prefix = "fedals"
     config_keys = (
         Key("alpha", int, 10, "Body averaging period in rounds (alpha = 1 is FedAvg).", low=1),
-        Key("body-layers", int, 0, "L: leading layers in the body phi; 0 = all but the last layer.", low=0),
+        Key("body-layers", int, 0, "L: leading layers in the body phi; 0 = the conv layers (all but the last "
+            "layer for a model without convs).", low=0),
+        Key("layer-groups", str, "layers", "What body-layers counts: layers (every Conv/Linear) or authors "
+            "(their ResNet-20 grouping: a shortcut conv joins its block's second conv; 20 layers).",
+            ("layers", "authors")),
+        Key("scaffold-variant", str, "algorithm4", "fedals-scaffold only: algorithm4 (the paper's Algorithm 4), "
+            "authors (their code as it runs: separate momentum-free control step, x_pre shares the model so "
+            "the control variates freeze after a client's first sync) or authors-copy (the same with a real copy).",
+            ("algorithm4", "authors", "authors-copy")),
+        Key("nesterov", bool, False, "Nesterov momentum (the paper's Table 4) instead of heavy-ball (the authors' code)."),
     )
     checkpoint_attrs = ("body_round", "body_pids", "client_body")
+
+    @classmethod
+    def check_config(cls, cfg):
+        if cfg.algo("nesterov") and cfg.momentum == 0.0:
+            raise ConfigError("run config 'fedals.nesterov' = True is invalid with momentum = 0: allowed is False")
 
     def __init__(self, cfg, model, dataset=None):
         super().__init__(cfg, model, dataset)
@@ -139,6 +153,7 @@ class FedALSScaffold(FedALS, Scaffold):
 
     @classmethod
     def check_config(cls, cfg):
+        super().check_config(cfg)
         if cfg.momentum >= 1.0:  # the effective step eta / (1 - beta) of option II
             raise ConfigError(f"run config 'momentum' = {cfg.momentum} is invalid for fedals-scaffold: allowed is < 1")
 

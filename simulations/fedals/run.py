@@ -76,6 +76,7 @@ def main() -> None:
     ap.add_argument("--methods", nargs="+", default=["fedavg", "fedals", "fedals-scaffold"], choices=METHODS)
     ap.add_argument("--sweep", default="", help="KEY=V1,V2,...: one run per value (e.g. fedals.alpha=1,10)")
     ap.add_argument("--set", nargs="*", default=[], help="KEY=VALUE overrides (TOML values)")
+    ap.add_argument("--lr-from", type=Path, help="lr-tuning.json of tune_lr.py: each method at its tuned lr")
     ap.add_argument("--table", action="store_true", help="print the markdown comparison of the runs and stop")
     args = ap.parse_args()
     if args.table:
@@ -91,6 +92,8 @@ def main() -> None:
         for value in sweep:
             name = method if value is None else f"{method}-{key}={value}"
             config = {**base, **METHODS[method], "results-dir": str(out), "run-name": name}
+            if args.lr_from:
+                config["lr"] = json.loads(args.lr_from.read_text())["winner"][method]["lr"]
             if value is not None:
                 config[key] = value
             t0 = time.time()

@@ -1,0 +1,97 @@
+"""Learning-rate search of the FedALS paper (Appendix E.3) on short probes, one per (method, lr).
+
+    python simulations/fedals/tune_lr.py simulations/fedals/cpu-cifar10-resnet20.toml \
+        --methods fedavg fedals --rounds 10 --eval-every 5 --test-subset 1000
+
+E.3: start at 0.01, multiply and divide by powers of two, stop at a local optimum (a learning rate
+better than both neighbours). Here each method first probes 0.005, 0.01, 0.02; while the best is at
+an edge of the probed grid the grid is extended by one factor of two in that direction, at most
+``--max-extend`` times. A probe is the run config cut to ``--rounds`` rounds, evaluated every
+``--eval-every`` rounds on a fixed ``--test-subset`` images of the test set (the first ones of a
+seeded permutation); its score is the mean accuracy of the averaged model over its evaluations
+after round 0. Results, one row per probe as it ends, go to results/fedals/<stem>/lr-tuning.json
+together with each method's winner (read by run.py --lr-from).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import strategies.base  # noqa: E402
+from fedapp.local import run_local  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import METHODS, flat  # noqa: E402
+
+
+def subset_evaluate(n: int, seed: int = 0):
+    """strategies.base.evaluate restricted to a fixed subset of n test images."""
+    full = strategies.base.evaluate
+
+    def evaluate(model, x, y, **kw):
+        idx = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))[:n]
+        return full(model, x[idx], y[idx], **kw)
+    return evaluate
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("config", type=Path)
+    ap.add_argument("--methods", nargs="+", default=["fedavg", "fedals"], choices=METHODS)
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--eval-every", type=int, default=10)
+    ap.add_argument("--test-subset", type=int, default=2000)
+    ap.add_argument("--max-extend", type=int, default=1)
+    ap.add_argument("--set", nargs="*", default=[], help="KEY=VALUE overrides (TOML values)")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    strategies.base.evaluate = subset_evaluate(args.test_subset)
+    base = flat(tomllib.loads(args.config.read_text()))
+    base.update(flat(tomllib.loads("\n".join(args.set))))
+    base.update({"num-server-rounds": args.rounds, "eval-every": args.eval_every, "checkpoint-every": 0})
+    out = ROOT / "results" / "fedals" / args.config.stem
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"config": str(args.config), "probe": {"rounds": args.rounds, "eval-every": args.eval_every,
+                                                 "test-subset": args.test_subset, "seed": base.get("seed", 0)},
+           "probes": [], "winner": {}}
+    path = out / "lr-tuning.json"
+    for method in args.methods:
+        scores: dict[float, float] = {}
+
+        def probe(lr: float) -> None:
+            name = f"probe-{method}-lr{lr:g}"
+            t0 = time.time()
+            strategy = run_local({**base, **METHODS[method], "lr": lr, "results-dir": str(out / "probes"),
+                                  "run-name": name})
+            accs = [r["central-accuracy"] for r in strategy.history if r["round"] > 0 and "central-accuracy" in r]
+            scores[lr] = sum(accs) / len(accs)
+            doc["probes"].append({"method": method, "lr": lr, "accuracies": accs, "score": scores[lr],
+                                  "seconds": round(time.time() - t0, 1)})
+            path.write_text(json.dumps(doc, indent=1))
+            print(json.dumps(doc["probes"][-1]), flush=True)
+
+        for lr in (0.005, 0.01, 0.02):
+            probe(lr)
+        for _ in range(args.max_extend):
+            grid = sorted(scores)
+            best = max(grid, key=scores.get)
+            if best not in (grid[0], grid[-1]):
+                break
+            probe(best / 2 if best == grid[0] else best * 2)
+        grid = sorted(scores)
+        best = max(grid, key=scores.get)
+        doc["winner"][method] = {"lr": best, "local-optimum": best not in (grid[0], grid[-1])}
+        path.write_text(json.dumps(doc, indent=1))
+
+
+if __name__ == "__main__":
+    main()
