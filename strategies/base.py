@@ -125,6 +125,7 @@ class FedStrategy(Strategy):
         self.dropped: Counter = Counter()
         self.totals: Counter = Counter()  # traffic since round 1 (an attribute: checkpoints carry it)
         self.history: list[dict[str, Any]] = []
+        self.client_accuracy: dict[int, float] = {}  # the last federated evaluation, per partition id
 
     @property
     def param_keys(self) -> list[str]:
@@ -366,6 +367,7 @@ class FedStrategy(Strategy):
                            expected: Mapping[int, None] | None = None) -> MetricRecord | None:
         """Pooled accuracy/loss over clients, per-client spread, and seen/unseen splits."""
         valid = self.parse_replies(replies, expected or dict.fromkeys(self.clients))
+        self.client_accuracy = {r.pid: r.metrics["accuracy"] for r in valid if r.num_examples > 0}
         if not valid:
             return None
         out: dict[str, float] = {}
@@ -397,11 +399,14 @@ class FedStrategy(Strategy):
         return dict(metrics or {})
 
     def evaluate_round(self, server_round: int, grid: Grid) -> dict[str, float]:
-        out: dict[str, float] = {}
+        out: dict[str, Any] = {}
+        self.client_accuracy = {}
         contents = self.evaluate_contents(server_round)
         if contents:
             replies = self.exchange(grid, self.messages(contents, MessageType.EVALUATE), traffic="eval")
             out.update(self.aggregate_evaluate(server_round, replies, {pid: None for pid in contents}) or {})
+            if self.client_accuracy:
+                out["fed-client-accuracy"] = dict(self.client_accuracy)
         out.update(self.evaluate_central())
         return out
 

@@ -98,7 +98,7 @@ class HCCT(FedStrategy):
     Performance in Cross-Silo Federated Learning", IEEE TMC 2024), Algorithms 1 and 2.
 
     Every client trains every round (full participation). Round 1 (the paper's round 0) every
-    client is its own group. Each later round the clients are partitioned again, from singletons,
+    client is its own group (``first-round = "global"``: one group of all, as the authors' code does). Each later round the clients are partitioned again, from singletons,
     with the previous round's updates g_i = w_i^{t,K} - w_{G(i)}^t: the utility of client i in
     group G is
 
@@ -119,6 +119,9 @@ class HCCT(FedStrategy):
         Key("alpha-per-client", bool, False, "alpha_i = D_i, the client's own data size (the authors' public code's "
             "alpha = -1): U_i = -D_i / D_G + cos, a data term in [-1, 0) that needs no tuning; 'alpha' is then unused."),
         Key("groups", str, "", "Fixed collaboration pattern by partition id, e.g. '0,1;2' ('' learns it)."),
+        Key("first-round", str, "singletons", "Groups of round 1, before any update exists: 'singletons' "
+            "(Algorithm 1, line 4) or 'global', all clients in one group (the authors' code).",
+            ("singletons", "global")),
     )
     checkpoint_attrs = ("models", "updates", "groups", "group_log")
 
@@ -165,6 +168,8 @@ class HCCT(FedStrategy):
             return [g for g in ([tuple(i for i in g if i in pool) for g in fixed]
                                 + [(i,) for i in pool if i not in placed]) if g]
         known = [pid for pid in pool if pid in self.updates]
+        if not known and self.cfg.algo("first-round") == "global":
+            return [tuple(sorted(pool))]
         sizes = {pid: self.clients[pid].num_train for pid in known}
         alpha = sizes if self.cfg.algo("alpha-per-client") else self.cfg.algo("alpha")
         groups = hierarchical_partition({pid: self.flat_update(pid) for pid in known}, sizes, alpha) if known else []
