@@ -122,6 +122,10 @@ class HCCT(FedStrategy):
         Key("first-round", str, "singletons", "Groups of round 1, before any update exists: 'singletons' "
             "(Algorithm 1, line 4) or 'global', all clients in one group (the authors' code).",
             ("singletons", "global")),
+        Key("initial-clients", int, 0, "Clients (partition ids 0..n-1) that train from round 1; 0: all.", low=0),
+        Key("new-clients", int, 0, "New clients (the next partition ids) that arrive every 'arrival-every' "
+            "rounds (Section 7.3, Fig. 3); they train alone from the initial model first.", low=0),
+        Key("arrival-every", int, 10, "Rounds between arrivals of 'new-clients'.", low=1),
     )
     checkpoint_attrs = ("models", "updates", "groups", "group_log")
 
@@ -150,6 +154,18 @@ class HCCT(FedStrategy):
         if len(ids) != len(set(ids)) or any(not 0 <= i < cfg.num_clients for i in ids):
             raise ConfigError(f"run config '{cls.config_prefix}.groups' = {cfg.algo('groups')!r}: each "
                               f"partition id in 0..{cfg.num_clients - 1} at most once")
+
+    # ---- who takes part ------------------------------------------------------------------
+    def arrived(self, server_round: int) -> int:
+        """Clients present in ``server_round``: partition ids below initial-clients + new-clients per
+        arrival-every rounds elapsed (the authors' schedule: 10, then 1 or 2 more every 10 epochs)."""
+        first = self.cfg.algo("initial-clients") or self.cfg.num_clients
+        return min(self.cfg.num_clients, first + self.cfg.algo("new-clients") * ((server_round - 1)
+                                                                              // self.cfg.algo("arrival-every")))
+
+    def sample(self, server_round: int, pool: list[int] | None = None, fraction: float | None = None) -> list[int]:
+        pool = self.train_pool() if pool is None else pool
+        return super().sample(server_round, [p for p in pool if p < self.arrived(server_round)], fraction)
 
     # ---- what is shared -----------------------------------------------------------------
     def shared_state_keys(self) -> list[str]:
@@ -181,7 +197,7 @@ class HCCT(FedStrategy):
         return weighted_mean(states, [self.clients[pid].num_train for pid in group])
 
     def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]:
-        self.groups = self.partition(server_round, self.train_pool())
+        self.groups = self.partition(server_round, self.sample(server_round))
         self.starts = {g: self.group_start(g) for g in self.groups}
         log(INFO, "round %d groups: %s", server_round, [list(g) for g in self.groups])
         self.group_log.append({"round": server_round, "groups": [list(g) for g in self.groups]})
