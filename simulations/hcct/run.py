@@ -115,6 +115,18 @@ def client_table(out: Path, spec: dict) -> str:
     return "\n".join(lines)
 
 
+def curves(out: Path) -> str:
+    """CSV of every run's mean local test error (%) over clients after each evaluated epoch."""
+    lines = ["method,seed,epoch,error"]
+    for f in sorted(out.glob("*-s*/rounds.json")):
+        method, _, seed = f.parent.name.rpartition("-s")
+        for r in json.loads(f.read_text())["rounds"]:
+            if "fed-client-accuracy" in r:
+                err = 100 * (1 - np.mean(list(r["fed-client-accuracy"].values())))
+                lines.append(f"{method},{seed},{r['round']},{err:.4f}")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", type=Path)
@@ -124,11 +136,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, help="override num-server-rounds (cost measurements)")
     parser.add_argument("--table", action="store_true", help="print the markdown table of summary.json")
     parser.add_argument("--clients", action="store_true", help="with --table: every client's error too")
+    parser.add_argument("--curves", action="store_true", help="print every run's error per epoch (CSV)")
     args = parser.parse_args()
     spec = tomllib.loads(args.config.read_text())
     if args.rounds:
         spec["base"]["num-server-rounds"] = args.rounds
     out = args.out or ROOT / "results" / "hcct" / args.config.stem
+    if args.curves:
+        print(curves(out), end="")
+        return
     if args.table:
         print(table(out, spec))
         if args.clients:
