@@ -20,8 +20,8 @@ def test_authors_models_have_their_parameter_counts():
     mlp = build_model("hcct-mlp", (1, 28, 28), 10)
     assert sum(p.numel() for p in cnn.parameters()) == 1_126_950
     assert sum(p.numel() for p in mlp.parameters()) == 50_890
-    assert [k for k in cnn.state_dict()][::2] == [f"conv{i}.weight" for i in range(1, 5)] + ["fc1.weight", "fc2.weight"]
-    assert list(mlp.state_dict()) == ["layer_input.weight", "layer_input.bias", "layer_hidden.weight", "layer_hidden.bias"]
+    assert [k for k in cnn.state_dict()][::2] == [f"conv{i}.weight" for i in range(1, 5)] + ["fc1.weight", "fc.weight"]
+    assert list(mlp.state_dict()) == ["fc1.weight", "fc1.bias", "fc.weight", "fc.bias"]
     cnn.eval()
     assert cnn(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
     # the authors' forward ends in a softmax (rows sum to one); ours gives the logits under it
