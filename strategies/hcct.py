@@ -305,10 +305,30 @@ class HCCTE(HCCT):
 
 
 class HCCTP(HCCT):
-    """HCCT-P: the last layer (classifier) stays on each client; groups share and average the rest."""
+    """HCCT-P: the last layer (classifier) stays on each client; groups share and average the rest.
+
+    ``hcct.head-start = "group"`` is the authors' code (``--personalize 1``): the whole model is
+    averaged and sent, so a client trains from its group's averaged head; each client then keeps the
+    group's body with its own trained head, which it is evaluated with and which enters the next
+    group start w_G = sum_j D_j w_j / D_G.
+    """
+
+    config_keys = HCCT.config_keys + (
+        Key("head-start", str, "own", "HCCT-P local training starts from the client's own head ('own') or "
+            "from the group's average of its members' heads ('group', the authors' code).", ("own", "group")),
+    )
 
     def shared_state_keys(self) -> list[str]:
+        if self.cfg.algo("head-start") == "group":
+            return list(self.global_state)
         return body_head_keys(self.model)[0]
+
+    def aggregate(self, server_round: int, replies: list[Reply]) -> None:
+        super().aggregate(server_round, replies)
+        if self.cfg.algo("head-start") == "group":
+            head = body_head_keys(self.model)[1]
+            for r in replies:
+                self.models[r.pid] = {**self.models[r.pid], **{k: r.payload["arrays"][k] for k in head}}
 
 
 ALGORITHMS = {"hcct": (HCCT, HCCTClient), "hcct-e": (HCCTE, HCCTClient), "hcct-p": (HCCTP, HCCTPClient)}

@@ -95,3 +95,20 @@ def test_both_error_metrics():
     assert e["error-best"] == pytest.approx(50.0)  # each client's best epoch: (40 + 60) / 2
     assert e["client-error-best"] == {0: pytest.approx(40.0), 1: pytest.approx(60.0)}
     assert e["seconds-per-epoch"] == 3.0
+
+
+def test_hcct_p_group_head_start_is_the_authors(small_config):
+    """head-start "group": members keep the group's body with their own trained heads, and the next
+    group start averages those heads (it is what the client trains from)."""
+    from strategies.base import weighted_mean
+
+    run = run_local({**small_config, "strategy": "hcct-p", "hcct.groups": "0,1;2,3", "hcct.head-start": "group",
+                     "num-server-rounds": 1})
+    m0, m1 = run.models[0], run.models[1]
+    assert torch.equal(m0["fc1.weight"], m1["fc1.weight"]) and not torch.equal(m0["fc.weight"], m1["fc.weight"])
+    sizes = [run.clients[p].num_train for p in (0, 1)]
+    assert torch.allclose(run.group_start((0, 1))["fc.weight"], weighted_mean([m0, m1], sizes)["fc.weight"])
+    # the default keeps the head on the client: the server holds bodies only
+    own = run_local({**small_config, "strategy": "hcct-p", "hcct.groups": "0,1;2,3", "num-server-rounds": 1,
+                     "run-name": "own"})
+    assert "fc.weight" not in own.models[0]
