@@ -10,13 +10,14 @@ from typing import Any
 import numpy as np
 import torch
 from flwr.common.logger import log
+from flwr.app import MessageType
 from flwr.serverapp import Grid
 
 from clients.hcct import HCCTClient, HCCTPClient
 from fedapp.config import ConfigError, Key, RunConfig
 from fedapp.experiment import round_lr
 from fedapp.models import body_head_keys, layer_groups
-from fedapp.records import Tensors
+from fedapp.records import Tensors, make_content
 from strategies.base import FedStrategy, Reply, spec_of, weighted_mean
 
 Group = tuple[int, ...]
@@ -126,6 +127,10 @@ class HCCT(FedStrategy):
         Key("new-clients", int, 0, "New clients (the next partition ids) that arrive every 'arrival-every' "
             "rounds (Section 7.3, Fig. 3); they train alone from the initial model first.", low=0),
         Key("arrival-every", int, 10, "Rounds between arrivals of 'new-clients'.", low=1),
+        Key("newcomer", str, "next-round", "A client without an update: trains alone from the initial model "
+            "and is placed the round after ('next-round'), or, as the authors' code does, first trains once "
+            "from the initial model at the initial lr and is placed by that update in the same round "
+            "('same-round').", ("next-round", "same-round")),
     )
     checkpoint_attrs = ("models", "updates", "groups", "group_log")
 
@@ -196,7 +201,27 @@ class HCCT(FedStrategy):
         states = [self.models.get(pid, self.init_state) for pid in group]
         return weighted_mean(states, [self.clients[pid].num_train for pid in group])
 
+    def places_newcomers_at_once(self) -> bool:
+        return self.cfg.algo("newcomer") == "same-round"
+
+    def probe_newcomers(self, server_round: int, grid: Grid, pool: list[int]) -> None:
+        """newcomer = "same-round": each newcomer trains once from the initial model at the round-1
+        lr; its update and model then count as if it had trained in the previous round."""
+        new = [pid for pid in pool if pid not in self.updates]
+        if not new or not self.updates:  # round 1 has no one to be placed among
+            return
+        cache: dict = {}
+        contents = {pid: make_content(self.records({"arrays": self.init_state}, cache),
+                                      {**self.train_config(pid, 1), "server-round": server_round, "partition-id": pid})
+                    for pid in new}
+        replies = self.exchange(grid, self.messages(contents, MessageType.TRAIN))
+        for r in self.parse_replies(replies, {pid: self.reply_spec(pid, server_round) for pid in new}):
+            self.updates[r.pid] = {k: r.payload["arrays"][k] - self.init_state[k] for k in self.similarity_keys}
+            self.models[r.pid] = r.payload["arrays"]
+
     def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]:
+        if self.places_newcomers_at_once():
+            self.probe_newcomers(server_round, grid, self.sample(server_round))
         self.groups = self.partition(server_round, self.sample(server_round))
         self.starts = {g: self.group_start(g) for g in self.groups}
         log(INFO, "round %d groups: %s", server_round, [list(g) for g in self.groups])

@@ -19,6 +19,9 @@ class Independent(HCCT):
     def arrived(self, server_round: int) -> int:
         return self.cfg.num_clients  # no arrival schedule (it is an hcct.* setting)
 
+    def places_newcomers_at_once(self) -> bool:
+        return False  # nobody is placed
+
     def partition(self, server_round: int, pool: list[int]) -> list[Group]:
         return [(pid,) for pid in pool]
 

@@ -112,3 +112,15 @@ def test_hcct_p_group_head_start_is_the_authors(small_config):
     own = run_local({**small_config, "strategy": "hcct-p", "hcct.groups": "0,1;2,3", "num-server-rounds": 1,
                      "run-name": "own"})
     assert "fc.weight" not in own.models[0]
+
+
+def test_same_round_newcomer_is_placed_when_it_arrives(small_config):
+    """newcomer = "same-round" (the authors'): the arriving client first trains from the initial model
+    and joins a group in its arrival round; "next-round" (default) leaves it alone that round."""
+    base = {**small_config, "strategy": "hcct", "hcct.alpha": 1e6, "num-server-rounds": 3,
+            "hcct.initial-clients": 3, "hcct.new-clients": 1, "hcct.arrival-every": 2}
+    later = run_local(base)
+    assert [r["groups"] for r in later.history[1:]] == [[[0], [1], [2]], [[0, 1, 2]], [[0, 1, 2], [3]]]
+    now = run_local({**base, "hcct.newcomer": "same-round", "run-name": "now"})
+    assert [r["groups"] for r in now.history[1:]] == [[[0], [1], [2]], [[0, 1, 2]], [[0, 1, 2, 3]]]
+    assert now.history[-1]["train-bytes-down"] > later.history[-1]["train-bytes-down"]  # the extra pass
