@@ -220,9 +220,10 @@ class HCCT(FedStrategy):
             self.models[r.pid] = r.payload["arrays"]
 
     def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]:
+        pool = [pid for pid in self.train_pool() if pid < self.arrived(server_round)]
         if self.places_newcomers_at_once():
-            self.probe_newcomers(server_round, grid, self.sample(server_round))
-        self.groups = self.partition(server_round, self.sample(server_round))
+            self.probe_newcomers(server_round, grid, pool)
+        self.groups = self.partition(server_round, pool)
         self.starts = {g: self.group_start(g) for g in self.groups}
         log(INFO, "round %d groups: %s", server_round, [list(g) for g in self.groups])
         self.group_log.append({"round": server_round, "groups": [list(g) for g in self.groups]})

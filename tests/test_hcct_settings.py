@@ -124,3 +124,9 @@ def test_same_round_newcomer_is_placed_when_it_arrives(small_config):
     now = run_local({**base, "hcct.newcomer": "same-round", "run-name": "now"})
     assert [r["groups"] for r in now.history[1:]] == [[[0], [1], [2]], [[0, 1, 2]], [[0, 1, 2, 3]]]
     assert now.history[-1]["train-bytes-down"] > later.history[-1]["train-bytes-down"]  # the extra pass
+
+
+def test_independent_with_partial_participation_keeps_every_client_alone(small_config):
+    run = run_local({**small_config, "strategy": "independent", "fraction-train": 0.5, "num-server-rounds": 1})
+    assert run.history[1]["groups"] == [[0], [1], [2], [3]]
+    assert len(run.updates) == 2  # half the clients trained; the others keep their models
