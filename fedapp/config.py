@@ -123,7 +123,7 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("data-augment", bool, True, "Random crop + flip in local training where it is the dataset's recipe (CIFAR); "
         "false trains on the images as they are (PeFLL's and pFedHN's code)."),
     Key("unseen-fraction", float, 0.0, "Share of clients held out as new clients that never train.", low=0.0, high=0.9),
-    Key("test-fraction", float, 0.2, "Share of each client's data kept as its local test split.", low=0.0, high=0.9),
+    Key("test-fraction", float, 0.2, "Share of each client's data kept as its local test split.", low=0.0, high=0.99),
     Key("model", str, "mlp", "Model name; input shape and class count follow the dataset.", _models),
     Key("local-epochs", int, 1, "Local epochs per round (used when local-steps is 0).", low=1),
     Key("local-steps", int, 0, "Local SGD steps per round; 0 means use local-epochs.", low=0),

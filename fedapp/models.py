@@ -87,6 +87,53 @@ class LogReg(nn.Module):
         return self.fc(x.flatten(1))
 
 
+class HCCTCNN(nn.Module):
+    """The HCCT authors' CIFAR-10 CNN (their ``CNN_4``): conv3x3 16 (ReLU), then conv3x3 32/64/128
+    each with ReLU + 2x2 maxpool, FC 2048-500 (ReLU, dropout 0.25), FC 500-C; 1,126,950 params on
+    CIFAR-10. The authors' module names, except that the head is ``fc`` (their ``fc2``)."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(input_shape[0], 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.conv3 = nn.Conv2d(32, 64, 3, padding=1)
+        self.conv4 = nn.Conv2d(64, 128, 3, padding=1)
+        self.fc1 = nn.Linear(_flat_dim(self._features, input_shape), 500)
+        self.fc = nn.Linear(500, num_classes)
+        self.dropout = nn.Dropout(0.25)
+
+    def _features(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv3(x)), 2)
+        return F.max_pool2d(F.relu(self.conv4(x)), 2)
+
+    def forward(self, x):
+        return self.fc(self.dropout(F.relu(self.fc1(self._features(x).flatten(1)))))
+
+
+class HCCTMLP(nn.Module):
+    """The HCCT authors' Fashion-MNIST MLP: FC D-64, dropout 0.5 then ReLU, FC 64-C (50,890 params on
+    28x28; their ``layer_input`` / ``layer_hidden`` are ``fc1`` / ``fc``). ``softmax_output``: their
+    forward ends in a softmax that their cross-entropy loss then treats as logits
+    (``hcct-mlp-softmax``); plain logits by default."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, softmax_output: bool = False):
+        super().__init__()
+        self.fc1 = nn.Linear(math.prod(input_shape), 64)
+        self.dropout = nn.Dropout(0.5)
+        self.fc = nn.Linear(64, num_classes)
+        self.softmax_output = softmax_output
+
+    def forward(self, x):
+        out = self.fc(F.relu(self.dropout(self.fc1(x.flatten(1)))))
+        return out.softmax(1) if self.softmax_output else out
+
+
+def hcct_mlp_softmax(input_shape, num_classes):
+    return HCCTMLP(input_shape, num_classes, softmax_output=True)
+
+
 class BasicBlock(nn.Module):
     """ResNet basic block; the shortcut is registered last so state_dict order is conv1, conv2, shortcut."""
 
@@ -148,6 +195,9 @@ MODELS: dict[str, Callable[[tuple[int, ...], int], nn.Module]] = {
     "cnn4": CNN4,
     "mlp": MLP,
     "logreg": LogReg,
+    "hcct-cnn": HCCTCNN,
+    "hcct-mlp": HCCTMLP,
+    "hcct-mlp-softmax": hcct_mlp_softmax,
 }
 
 

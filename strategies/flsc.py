@@ -14,7 +14,8 @@ class FLSC(IFCA):
 
     config_prefix = "flsc"
     config_keys = (Key("clusters", int, 3, "Number k of cluster models.", low=1),
-                   Key("n-g", int, 2, "Models N_g each client averages and contributes to.", low=1))
+                   Key("n-g", int, 2, "Models N_g each client averages and contributes to.", low=1),
+                   IFCA.config_keys[1])
 
     @classmethod
     def check_config(cls, cfg: RunConfig) -> None:

@@ -10,13 +10,14 @@ from typing import Any
 import numpy as np
 import torch
 from flwr.common.logger import log
+from flwr.app import MessageType
 from flwr.serverapp import Grid
 
 from clients.hcct import HCCTClient, HCCTPClient
 from fedapp.config import ConfigError, Key, RunConfig
 from fedapp.experiment import round_lr
 from fedapp.models import body_head_keys, layer_groups
-from fedapp.records import Tensors
+from fedapp.records import Tensors, make_content
 from strategies.base import FedStrategy, Reply, spec_of, weighted_mean
 
 Group = tuple[int, ...]
@@ -98,7 +99,7 @@ class HCCT(FedStrategy):
     Performance in Cross-Silo Federated Learning", IEEE TMC 2024), Algorithms 1 and 2.
 
     Every client trains every round (full participation). Round 1 (the paper's round 0) every
-    client is its own group. Each later round the clients are partitioned again, from singletons,
+    client is its own group (``first-round = "global"``: one group of all, as the authors' code does). Each later round the clients are partitioned again, from singletons,
     with the previous round's updates g_i = w_i^{t,K} - w_{G(i)}^t: the utility of client i in
     group G is
 
@@ -119,6 +120,17 @@ class HCCT(FedStrategy):
         Key("alpha-per-client", bool, False, "alpha_i = D_i, the client's own data size (the authors' public code's "
             "alpha = -1): U_i = -D_i / D_G + cos, a data term in [-1, 0) that needs no tuning; 'alpha' is then unused."),
         Key("groups", str, "", "Fixed collaboration pattern by partition id, e.g. '0,1;2' ('' learns it)."),
+        Key("first-round", str, "singletons", "Groups of round 1, before any update exists: 'singletons' "
+            "(Algorithm 1, line 4) or 'global', all clients in one group (the authors' code).",
+            ("singletons", "global")),
+        Key("initial-clients", int, 0, "Clients (partition ids 0..n-1) that train from round 1; 0: all.", low=0),
+        Key("new-clients", int, 0, "New clients (the next partition ids) that arrive every 'arrival-every' "
+            "rounds (Section 7.3, Fig. 3); they train alone from the initial model first.", low=0),
+        Key("arrival-every", int, 10, "Rounds between arrivals of 'new-clients'.", low=1),
+        Key("newcomer", str, "next-round", "A client without an update: trains alone from the initial model "
+            "and is placed the round after ('next-round'), or, as the authors' code does, first trains once "
+            "from the initial model at the initial lr and is placed by that update in the same round "
+            "('same-round').", ("next-round", "same-round")),
     )
     checkpoint_attrs = ("models", "updates", "groups", "group_log")
 
@@ -148,6 +160,18 @@ class HCCT(FedStrategy):
             raise ConfigError(f"run config '{cls.config_prefix}.groups' = {cfg.algo('groups')!r}: each "
                               f"partition id in 0..{cfg.num_clients - 1} at most once")
 
+    # ---- who takes part ------------------------------------------------------------------
+    def arrived(self, server_round: int) -> int:
+        """Clients present in ``server_round``: partition ids below initial-clients + new-clients per
+        arrival-every rounds elapsed (the authors' schedule: 10, then 1 or 2 more every 10 epochs)."""
+        first = self.cfg.algo("initial-clients") or self.cfg.num_clients
+        return min(self.cfg.num_clients, first + self.cfg.algo("new-clients") * ((server_round - 1)
+                                                                              // self.cfg.algo("arrival-every")))
+
+    def sample(self, server_round: int, pool: list[int] | None = None, fraction: float | None = None) -> list[int]:
+        pool = self.train_pool() if pool is None else pool
+        return super().sample(server_round, [p for p in pool if p < self.arrived(server_round)], fraction)
+
     # ---- what is shared -----------------------------------------------------------------
     def shared_state_keys(self) -> list[str]:
         """State dict keys averaged within a group (HCCT-P keeps the head out)."""
@@ -165,6 +189,8 @@ class HCCT(FedStrategy):
             return [g for g in ([tuple(i for i in g if i in pool) for g in fixed]
                                 + [(i,) for i in pool if i not in placed]) if g]
         known = [pid for pid in pool if pid in self.updates]
+        if not known and self.cfg.algo("first-round") == "global":
+            return [tuple(sorted(pool))]
         sizes = {pid: self.clients[pid].num_train for pid in known}
         alpha = sizes if self.cfg.algo("alpha-per-client") else self.cfg.algo("alpha")
         groups = hierarchical_partition({pid: self.flat_update(pid) for pid in known}, sizes, alpha) if known else []
@@ -175,8 +201,29 @@ class HCCT(FedStrategy):
         states = [self.models.get(pid, self.init_state) for pid in group]
         return weighted_mean(states, [self.clients[pid].num_train for pid in group])
 
+    def places_newcomers_at_once(self) -> bool:
+        return self.cfg.algo("newcomer") == "same-round"
+
+    def probe_newcomers(self, server_round: int, grid: Grid, pool: list[int]) -> None:
+        """newcomer = "same-round": each newcomer trains once from the initial model at the round-1
+        lr; its update and model then count as if it had trained in the previous round."""
+        new = [pid for pid in pool if pid not in self.updates]
+        if not new or not self.updates:  # round 1 has no one to be placed among
+            return
+        cache: dict = {}
+        contents = {pid: make_content(self.records({"arrays": self.init_state}, cache),
+                                      {**self.train_config(pid, 1), "server-round": server_round, "partition-id": pid})
+                    for pid in new}
+        replies = self.exchange(grid, self.messages(contents, MessageType.TRAIN))
+        for r in self.parse_replies(replies, {pid: self.reply_spec(pid, server_round) for pid in new}):
+            self.updates[r.pid] = {k: r.payload["arrays"][k] - self.init_state[k] for k in self.similarity_keys}
+            self.models[r.pid] = r.payload["arrays"]
+
     def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]:
-        self.groups = self.partition(server_round, self.train_pool())
+        pool = [pid for pid in self.train_pool() if pid < self.arrived(server_round)]
+        if self.places_newcomers_at_once():
+            self.probe_newcomers(server_round, grid, pool)
+        self.groups = self.partition(server_round, pool)
         self.starts = {g: self.group_start(g) for g in self.groups}
         log(INFO, "round %d groups: %s", server_round, [list(g) for g in self.groups])
         self.group_log.append({"round": server_round, "groups": [list(g) for g in self.groups]})
@@ -284,10 +331,30 @@ class HCCTE(HCCT):
 
 
 class HCCTP(HCCT):
-    """HCCT-P: the last layer (classifier) stays on each client; groups share and average the rest."""
+    """HCCT-P: the last layer (classifier) stays on each client; groups share and average the rest.
+
+    ``hcct.head-start = "group"`` is the authors' code (``--personalize 1``): the whole model is
+    averaged and sent, so a client trains from its group's averaged head; each client then keeps the
+    group's body with its own trained head, which it is evaluated with and which enters the next
+    group start w_G = sum_j D_j w_j / D_G.
+    """
+
+    config_keys = HCCT.config_keys + (
+        Key("head-start", str, "own", "HCCT-P local training starts from the client's own head ('own') or "
+            "from the group's average of its members' heads ('group', the authors' code).", ("own", "group")),
+    )
 
     def shared_state_keys(self) -> list[str]:
+        if self.cfg.algo("head-start") == "group":
+            return list(self.global_state)
         return body_head_keys(self.model)[0]
+
+    def aggregate(self, server_round: int, replies: list[Reply]) -> None:
+        super().aggregate(server_round, replies)
+        if self.cfg.algo("head-start") == "group":
+            head = body_head_keys(self.model)[1]
+            for r in replies:
+                self.models[r.pid] = {**self.models[r.pid], **{k: r.payload["arrays"][k] for k in head}}
 
 
 ALGORITHMS = {"hcct": (HCCT, HCCTClient), "hcct-e": (HCCTE, HCCTClient), "hcct-p": (HCCTP, HCCTPClient)}

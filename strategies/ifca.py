@@ -14,19 +14,24 @@ from strategies.base import FedStrategy, Reply, weighted_mean
 class IFCA(FedStrategy):
     """Iterative Federated Clustering Algorithm (Ghosh et al., NeurIPS 2020), model averaging.
 
-    The server keeps k models w_1..w_k (distinct seeded initialisations) and sends all of them;
+    The server keeps k models w_1..w_k (distinct seeded initialisations, or one with ``identical-init``)
+    and sends all of them;
     client i picks the set S_i of the ``chosen`` models with the lowest loss on its training data
     (IFCA: one, j_i = argmin_j F_i(w_j)), trains their average and replies; then
     w_j = sum_{i: j in S_i} n_i w_i / sum_{i: j in S_i} n_i (unchanged when nobody chose j).
     """
 
     config_prefix = "ifca"
-    config_keys = (Key("clusters", int, 3, "Number k of cluster models.", low=1),)
+    config_keys = (Key("clusters", int, 3, "Number k of cluster models.", low=1),
+                   Key("identical-init", bool, False, "All k models start from the same initial model (the HCCT "
+                       "authors' code); IFCA's paper starts them from distinct initialisations."))
     checkpoint_attrs = ("cluster_models", "choices")
 
     def __init__(self, cfg: RunConfig, model: torch.nn.Module, dataset=None):
         super().__init__(cfg, model, dataset)
-        self.cluster_models = [self.global_state] + [self.seeded_state(j) for j in range(1, cfg.algo("clusters"))]
+        same = cfg.algo("identical-init")
+        self.cluster_models = [self.global_state] + [self.global_state if same else self.seeded_state(j)
+                                                     for j in range(1, cfg.algo("clusters"))]
         self.choices: dict[int, list[int]] = {}
 
     def seeded_state(self, j: int) -> Tensors:

@@ -16,6 +16,12 @@ class Independent(HCCT):
     def check_config(cls, cfg: RunConfig) -> None:
         """Any participation works: a client not sampled keeps its model."""
 
+    def arrived(self, server_round: int) -> int:
+        return self.cfg.num_clients  # no arrival schedule (it is an hcct.* setting)
+
+    def places_newcomers_at_once(self) -> bool:
+        return False  # nobody is placed
+
     def partition(self, server_round: int, pool: list[int]) -> list[Group]:
         return [(pid,) for pid in pool]
 

@@ -166,6 +166,35 @@ def pfedhn_val_holdout(labels: np.ndarray, val_size: int, seed: int) -> tuple[np
             np.sort(np.concatenate([p[:k] for p in per_class])))
 
 
+def hcct_shard_counts(draws: np.ndarray, num_shards: int) -> np.ndarray:
+    """The HCCT authors' shard counts (``utils/sampling.py``, ``imbalanced``): floor(r_k / sum r *
+    num_shards), a zero raised to 1, draws used as they are; the shards left over stay unused."""
+    counts = np.floor(draws / draws.sum() * num_shards).astype(np.int64)
+    counts[counts == 0] = 1
+    if counts.sum() > num_shards:
+        raise ValueError(f"half-normal draws ask for {counts.sum()} of {num_shards} shards")
+    return counts
+
+
+class HCCTShardsPartitioner(PrecomputedPartitioner):
+    """HCCT's CIFAR-10 split as the authors' code makes it: ``num_shards`` label-sorted shards, client
+    k gets :func:`hcct_shard_counts` of them (half-normal |N(0, sigma)| draws), drawn at random
+    without replacement; unlike ``shards-halfnormal`` no draw is clamped, so data-poor clients
+    stay data-poor, and the shards the floors leave over are not used."""
+
+    def __init__(self, num_partitions: int, num_shards: int, sigma: float, seed: int) -> None:
+        super().__init__(num_partitions, seed)
+        self._num_shards = num_shards
+        self._sigma = sigma
+
+    def _split(self, labels, rng):
+        shards = np.array_split(np.argsort(labels, kind="stable"), self._num_shards)
+        counts = hcct_shard_counts(np.abs(rng.normal(0, self._sigma, self._num_partitions)), self._num_shards)
+        order = rng.permutation(self._num_shards)
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        return [np.concatenate([shards[s] for s in order[a:b]]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
 def allocate(weights: np.ndarray, total: int, minimum: int) -> np.ndarray:
     """Integer sizes summing to ``total``, each >= ``minimum``, the rest proportional to weights
     (largest-remainder rounding, so nothing is lost to truncation)."""
@@ -217,6 +246,20 @@ def _quantity_halfnormal(labels, n, seed, sigma, **_):
     minimum = min(10, len(labels) // n)
     sizes = allocate(np.abs(rng.normal(0, sigma, n)), len(labels), minimum)
     return SizePartitioner([int(s) for s in sizes]), rng.permutation(len(labels))
+
+
+def _hcct_shards(labels, n, seed, num_shards, sigma, **_):
+    return HCCTShardsPartitioner(n, num_shards, sigma, seed), None
+
+
+def _hcct_quantity(labels, n, seed, sigma, **_):
+    # the authors' imbalanced_iid: int(r_k / sum r * N) random examples each (at least 2 here, so a
+    # client has a training and a test example), the rounding remainder unused
+    rng = np.random.default_rng(seed)
+    draws = np.abs(rng.normal(0, sigma, n))
+    sizes = np.maximum(2, (draws / draws.sum() * len(labels)).astype(np.int64))
+    order = rng.permutation(len(labels))
+    return SizePartitioner([int(s) for s in sizes]), order
 
 
 def _half_classes(labels, n, seed, **_):
@@ -279,6 +322,8 @@ PARTITIONERS: dict[str, _Factory] = {
     "shards-halfnormal": _shards_halfnormal,
     "quantity-halfnormal": _quantity_halfnormal,
     "half-classes": _half_classes,
+    "hcct-shards": _hcct_shards,
+    "hcct-quantity": _hcct_quantity,
     "natural": _natural,
     "pfedhn": _pfedhn,
 }

@@ -1,0 +1,44 @@
+"""Summarise logs of the HCCT authors' main_cluster.py into run.py's summary rows.
+
+    python simulations/hcct/authors_log.py hcct:/work/runs/hcct/authors-fmnist-hcct-s0.log ... > out.json
+
+Their log prints after every epoch "Model performance: mean ..." and the dict of each client's
+local test accuracy (%), then "Best performance" and the dict of each client's best so far;
+"Cluster Result" lines carry HCCT's groups. Errors here are 100 - accuracy, in %.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+
+import numpy as np
+
+
+def summarise(path: str) -> dict:
+    lines = open(path).read().splitlines()
+    now = [ast.literal_eval(lines[i + 1]) for i, l in enumerate(lines) if l.startswith("Model performance")]
+    best = [ast.literal_eval(lines[i + 1]) for i, l in enumerate(lines) if l.startswith("Best performance")]
+    groups = [l for l in lines if l.startswith("Cluster Result")]
+    final = {int(p): 100 - a for p, a in now[-1].items()}
+    out = {"epochs": len(now), "error": float(np.mean(list(final.values()))),
+           "error-best": float(np.mean([100 - a for a in best[-1].values()])),
+           "error-std": float(np.std(list(final.values()))), "error-min": min(final.values()),
+           "error-max": max(final.values()), "client-error": final,
+           "curve": [round(float(np.mean([100 - a for a in e.values()])), 4) for e in now]}
+    if groups:
+        out["groups"] = sorted(sorted(g) for g in ast.literal_eval(groups[-1].split("groups are ", 1)[1]).values())
+    return out
+
+
+def main() -> None:
+    rows = []
+    for arg in sys.argv[1:]:
+        method, path = arg.split(":", 1)
+        rows.append({"method": method, "code": "authors", **summarise(path)})
+    print(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
