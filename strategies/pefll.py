@@ -168,7 +168,9 @@ class PeFLL(FedStrategy):
         """m, s from the entries of the first training descriptor, fixed from then on (the authors'
         code: torch.mean and the unbiased torch.std of the first sampled client's v)."""
         if self.v_stats is None and self.cfg.algo("standardize"):
-            self.v_stats = torch.stack([v.mean(), v.std()]).detach()
+            # a one-entry descriptor (embed-dim 1) or a constant one has no spread: divide by 1
+            s = v.std() if v.numel() > 1 else torch.ones(())
+            self.v_stats = torch.stack([v.mean(), s if s > 0 else torch.ones(())]).detach()
 
     def personal_model(self, v: torch.Tensor) -> Tensors:
         with torch.no_grad():

@@ -224,3 +224,16 @@ def test_descriptors_npz_beside_the_rounds(image_config):
         assert sorted(np.flatnonzero(doc["new"])) == sorted(strategy.unseen)
         data = [client_data(parse_run_config(cfg), pid) for pid in range(6)]
         np.testing.assert_array_equal(doc["hist"], [np.bincount(d.train_y.numpy(), minlength=4) for d in data])
+
+
+def test_standardization_of_a_descriptor_without_spread(image_config):
+    """m, s are the mean and unbiased std of the first descriptor; a one-entry or constant
+    descriptor has no spread, so s = 1 there (never a NaN that would make every model NaN)."""
+    cfg = parse_run_config({**image_config, "pefll.standardize": True})
+    strategy = PeFLL(cfg, model_for(cfg), dataset(cfg))
+    strategy.set_standardization(torch.tensor([1.0, 2.0, 6.0]))
+    torch.testing.assert_close(strategy.v_stats, torch.tensor([3.0, float(np.std([1, 2, 6], ddof=1))]))
+    for v in (torch.tensor([4.0]), torch.tensor([2.0, 2.0])):
+        strategy.v_stats = None
+        strategy.set_standardization(v)
+        torch.testing.assert_close(strategy.v_stats, torch.tensor([float(v[0]), 1.0]))
