@@ -117,5 +117,6 @@ def test_partition_class_counts_equal_the_simulators(rule, partitioner):
 def test_options_that_are_not_the_simulators_differ_where_documented(method, name, extra, first_differing_round):
     models = run_fedapp(name, extra)
     for got, want in zip(models, FIXTURE["methods"][method]["rounds"]):
-        same = summary(got)["probe"] == pytest.approx(want["probe"], rel=1e-4, abs=1e-6)
-        assert same == (want["round"] < first_differing_round), want["round"]
+        # float32 rounding moves these coordinates (|w| < 1) by at most 5e-8 in the equal cases above
+        gap = np.abs(np.array(summary(got)["probe"]) - np.array(want["probe"])).max()
+        assert (gap < 2e-7) == (want["round"] < first_differing_round), (want["round"], gap)
