@@ -119,6 +119,8 @@ class FedClient:
             opt.zero_grad(set_to_none=False)
             total += self.compute_gradient(x, y).detach()
             self.correct_gradient()
+            if self.cfg.grad_clip:  # the optimizer's weight decay comes after, unclipped (as the simulator)
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
             opt.step()
         self.save_optimizer(opt)
         return {"train-loss": total.item() / max(steps, 1)}

@@ -13,11 +13,18 @@ class FedDynClient(FedProxClient):
 
     In FedSMOO's notation (beta = 1/alpha of FedDyn): each step uses
     g - lambda_i + (w_i - w)/beta; after K steps lambda_i <- lambda_i - (w_i - w)/beta.
-    lambda_i (zeros at first) persists in ``state["dual"]``.
+    lambda_i (zeros at first) persists in ``state["dual"]``. As in the authors' simulator, the
+    w_i/beta part is the optimizer's weight decay, so ``grad-clip`` clips g - lambda_i - w/beta only.
     """
 
     def prox_coefficient(self) -> float:
         return 1.0 / self.cfg.algo("beta")
+
+    def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
+        opt = super().make_optimizer(lr)
+        for group in opt.param_groups:
+            group["weight_decay"] += self.prox_coefficient()
+        return opt
 
     def receive(self, payload: Payload, config: dict) -> None:
         super().receive(payload, config)
@@ -25,10 +32,10 @@ class FedDynClient(FedProxClient):
         self.dual = ({k: v.to(self.device) for k, v in saved.items()} if saved
                      else {k: torch.zeros_like(v) for k, v in self.anchor.items()})
 
-    def correct_gradient(self) -> None:
-        super().correct_gradient()
+    def correct_gradient(self) -> None:  # replaces FedProx's mu (w_i - w): mu w_i is in the weight decay
+        mu = self.prox_coefficient()
         for k, p in self.params.items():
-            p.grad.sub_(self.dual[k])
+            p.grad.sub_(self.dual[k]).sub_(self.anchor[k], alpha=mu)
 
     def end_fit(self, payload: Payload, config: dict) -> None:
         super().end_fit(payload, config)

@@ -117,7 +117,7 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("synthetic-beta", float, 1.0, "Synthetic(alpha, beta): feature heterogeneity.", low=0.0),
     Key("partition", str, "natural", "Partitioner name.", _partitions),
     Key("partition-alpha", float, 0.5, "Dirichlet concentration (dirichlet, dirichlet-hsu).", low=0.0, low_open=True),
-    Key("partition-classes", int, 2, "Classes per client (pathological).", low=1),
+    Key("partition-classes", int, 2, "Classes per client (pathological, pathological-hsu).", low=1),
     Key("partition-shards", int, 100, "Number of label-sorted shards (shards-halfnormal).", low=1),
     Key("partition-sigma", float, 1.0, "Half-normal scale (shards-halfnormal, quantity-halfnormal).", low=0.0, low_open=True),
     Key("data-augment", bool, True, "Random crop + flip in local training where it is the dataset's recipe (CIFAR); "
@@ -132,6 +132,8 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("lr-decay", float, 1.0, "Learning rate multiplier per round: lr * lr-decay**(round-1).", low=0.0, high=1.0, low_open=True),
     Key("momentum", float, 0.0, "Local SGD momentum.", low=0.0, high=1.0),
     Key("weight-decay", float, 0.0, "Local SGD weight decay.", low=0.0),
+    Key("grad-clip", float, 0.0, "Clip each local step's gradient, after the algorithm's correction terms and before "
+        "the optimizer's weight decay, to this l2 norm (FedSMOO's authors' simulator: 10); 0: off.", low=0.0),
     Key("seed", int, 0, "Seed for data, initial model and client sampling.", low=0),
     Key("device", str, "auto", "Training device: auto (cuda when present), cpu or cuda.", ("auto", "cpu", "cuda")),
     Key("num-threads", int, 0, "Torch threads per client; 0: the CPUs a simulated client is given (num-cpus), else torch's default.", low=0),

@@ -128,4 +128,8 @@ def num_local_steps(cfg: RunConfig, num_train: int) -> int:
 
 
 def round_lr(cfg: RunConfig, server_round: int) -> float:
-    return cfg.lr * cfg.lr_decay ** (server_round - 1)
+    """lr * decay**(round - 1); decay is the strategy's own ``<prefix>.lr-decay`` when it declares one
+    and it is set (non-zero), else ``lr-decay`` (FedSMOO's paper decays FedDyn/FedSMOO and the
+    other methods differently in one table)."""
+    own = cfg.as_dict().get(f"{cfg.prefix}.lr-decay", 0.0)
+    return cfg.lr * (own or cfg.lr_decay) ** (server_round - 1)

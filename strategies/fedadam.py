@@ -10,7 +10,7 @@ from flwr.serverapp.strategy import FedAdam as FlowerFedAdam
 from clients.fedavg import FedAvgClient
 from fedapp.config import Key
 from fedapp.records import make_content
-from strategies.base import FedStrategy
+from strategies.base import LR_DECAY, FedStrategy
 
 
 class FedAdam(FedStrategy):
@@ -28,6 +28,7 @@ class FedAdam(FedStrategy):
         Key("beta-1", float, 0.9, "First-moment decay beta_1.", low=0.0, high=1.0),
         Key("beta-2", float, 0.99, "Second-moment decay beta_2.", low=0.0, high=1.0),
         Key("tau", float, 1e-3, "Adaptivity tau.", low=0.0, low_open=True),
+        LR_DECAY,
     )
     checkpoint_attrs = ("m_t", "v_t")
 

@@ -1,7 +1,7 @@
 """FedAvg: the shared machinery with every hook at its default."""
 
 from clients.fedavg import FedAvgClient
-from strategies.base import FedStrategy
+from strategies.base import LR_DECAY, FedStrategy
 
 
 class FedAvg(FedStrategy):
@@ -11,6 +11,8 @@ class FedAvg(FedStrategy):
     sample of clients of round t, n_i their training example counts and w_i^{t,K} the
     model after K local SGD steps from w_t.
     """
+
+    config_keys = (LR_DECAY,)
 
 
 ALGORITHMS = {"fedavg": (FedAvg, FedAvgClient)}

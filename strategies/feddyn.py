@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from clients.feddyn import FedDynClient
 from fedapp.config import Key
-from strategies.base import FedStrategy
+from strategies.base import LR_DECAY, FedStrategy
 
 BETA = Key("beta", float, 10.0, "Dynamic-regulariser penalty beta (FedDyn's alpha = 1/beta).", low=0.0, low_open=True)
 
@@ -22,7 +22,7 @@ class FedDyn(FedStrategy):
     """
 
     config_prefix = "feddyn"
-    config_keys = (BETA,)
+    config_keys = (BETA, LR_DECAY)
     checkpoint_attrs = ("dual",)
     weighted = False
 

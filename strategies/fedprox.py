@@ -2,7 +2,7 @@
 
 from clients.fedprox import FedProxClient
 from fedapp.config import Key
-from strategies.base import FedStrategy
+from strategies.base import LR_DECAY, FedStrategy
 
 
 class FedProx(FedStrategy):
@@ -13,7 +13,7 @@ class FedProx(FedStrategy):
     """
 
     config_prefix = "fedprox"
-    config_keys = (Key("proximal-mu", float, 0.01, "Proximal coefficient mu.", low=0.0),)
+    config_keys = (Key("proximal-mu", float, 0.01, "Proximal coefficient mu.", low=0.0), LR_DECAY)
 
 
 ALGORITHMS = {"fedprox": (FedProx, FedProxClient)}

@@ -2,8 +2,8 @@
 
 from clients.fedsam import FedSAMClient, MoFedSAMClient
 from fedapp.config import Key
-from strategies.base import FedStrategy
-from strategies.fedcm import ALPHA, FedCM
+from strategies.base import LR_DECAY, FedStrategy
+from strategies.fedcm import ALPHA, DECAY_IN_MIX, FedCM
 
 RHO = Key("rho", float, 0.1, "SAM perturbation radius rho.", low=0.0)
 
@@ -13,7 +13,7 @@ class FedSAM(FedStrategy):
     w <- w - eta g(w + rho g/||g||); the server averages as FedAvg."""
 
     config_prefix = "fedsam"
-    config_keys = (RHO,)
+    config_keys = (RHO, LR_DECAY)
 
 
 class MoFedSAM(FedCM):
@@ -21,7 +21,7 @@ class MoFedSAM(FedCM):
     local direction alpha g(w + rho g/||g||) + (1 - alpha) Delta_t."""
 
     config_prefix = "mofedsam"
-    config_keys = (RHO, ALPHA)
+    config_keys = (RHO, ALPHA, DECAY_IN_MIX, LR_DECAY)
 
 
 ALGORITHMS = {"fedsam": (FedSAM, FedSAMClient), "mofedsam": (MoFedSAM, MoFedSAMClient)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from clients.fedsmoo import FedSMOOClient, FedSpeedClient
 from clients.sam import perturbation
 from fedapp.config import Key
-from strategies.base import spec_of
+from strategies.base import LR_DECAY, spec_of
 from strategies.feddyn import BETA, FedDyn
 from strategies.fedsam import RHO
 
@@ -15,7 +15,7 @@ class FedSpeed(FedDyn):
     FedDyn's server with clients stepping along g(w_i + rho g/||g||) - lambda_i + (w_i - w)/beta."""
 
     config_prefix = "fedspeed"
-    config_keys = (RHO, BETA)
+    config_keys = (RHO, BETA, LR_DECAY)
 
 
 class FedSMOO(FedDyn):
@@ -39,7 +39,8 @@ class FedSMOO(FedDyn):
 
     config_prefix = "fedsmoo"
     config_keys = (RHO, BETA, Key("simulator-perturbation", bool, False,
-                                  "Global perturbation from the mean of mu_i (public simulator) instead of mu_i - s_hat."))
+                                  "Global perturbation from the mean of mu_i (public simulator) instead of mu_i - s_hat."),
+                   LR_DECAY)
     checkpoint_attrs = ("dual", "perturbation")
 
     def __init__(self, cfg, model, dataset=None):

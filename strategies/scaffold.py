@@ -5,7 +5,7 @@ from __future__ import annotations
 from clients.scaffold import ScaffoldClient
 from fedapp.config import Key
 from fedapp.records import Tensors
-from strategies.base import FedStrategy, Reply, spec_of
+from strategies.base import LR_DECAY, FedStrategy, Reply, spec_of
 
 
 class Scaffold(FedStrategy):
@@ -21,7 +21,7 @@ class Scaffold(FedStrategy):
     """
 
     config_prefix = "scaffold"
-    config_keys = (Key("server-lr", float, 1.0, "Global step size eta_g.", low=0.0, low_open=True),)
+    config_keys = (Key("server-lr", float, 1.0, "Global step size eta_g.", low=0.0, low_open=True), LR_DECAY)
     checkpoint_attrs = ("control",)
     weighted = False
 

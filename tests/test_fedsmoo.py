@@ -101,30 +101,34 @@ def test_fedcm_server_direction_by_hand():
     assert torch.allclose(strategy.momentum["w"], torch.tensor([1.0, 2.0]))
 
 
+@pytest.mark.parametrize("in_mix", [True, False])
 @pytest.mark.parametrize("algo", ["fedcm", "mofedsam"])
-def test_fedcm_client_step_weight_decay_inside_alpha_by_hand(algo):
-    """Weight decay is part of g in v = alpha g + (1 - alpha) Delta: Delta already carries the
-    decay of the last round, so adding it unscaled after the mix would compound to wd / alpha."""
-    cfg = {"strategy": algo, f"{algo}.alpha": 0.25, "weight-decay": 0.1, "mofedsam.rho": 0.5}
+def test_fedcm_client_step_weight_decay_by_hand(algo, in_mix):
+    """decay-in-mix: v = alpha (g + wd w) + (1 - alpha) Delta; default (authors' simulator):
+    v = alpha g + (1 - alpha) Delta + wd w."""
+    cfg = {"strategy": algo, f"{algo}.alpha": 0.25, "weight-decay": 0.1, "mofedsam.rho": 0.5,
+           f"{algo}.decay-in-mix": in_mix}
     client = quadratic(MoFedSAMClient if algo == "mofedsam" else FedCMClient, cfg, [3.0, 2.0])
     client.receive({"arrays": {"w": torch.tensor([3.0, 2.0])}, "momentum": {"w": torch.tensor([1.0, -2.0])}}, {})
     one_step(client, lr=0.1)
     # fedcm: g = a w = [3, 4]; mofedsam: g(w + s_hat) = [3.3, 4.8] (test_sam_step_by_hand_on_quadratic).
-    # g + wd w adds [0.3, 0.2]; v = 0.25 [3.3, 4.2] + 0.75 [1, -2] = [1.575, -0.45]  (fedcm)
-    #                           v = 0.25 [3.6, 5.0] + 0.75 [1, -2] = [1.65, -0.25]   (mofedsam)
-    # (the optimizer's own decay after the mix would give v = [1.8, -0.3] and [1.875, -0.1]).
-    v = torch.tensor([1.65, -0.25]) if algo == "mofedsam" else torch.tensor([1.575, -0.45])
-    assert torch.allclose(client.model.w.detach(), torch.tensor([3.0, 2.0]) - 0.1 * v)
+    # in the mix g + wd w adds [0.3, 0.2]: v = 0.25 [3.3, 4.2] + 0.75 [1, -2] = [1.575, -0.45]  (fedcm)
+    #                                      v = 0.25 [3.6, 5.0] + 0.75 [1, -2] = [1.65, -0.25]   (mofedsam)
+    # after the mix: 0.25 [3, 4] + 0.75 [1, -2] + [0.3, 0.2] = [1.8, -0.3]; mofedsam [1.875, -0.1]
+    v = {(True, "fedcm"): [1.575, -0.45], (True, "mofedsam"): [1.65, -0.25],
+         (False, "fedcm"): [1.8, -0.3], (False, "mofedsam"): [1.875, -0.1]}[in_mix, algo]
+    assert torch.allclose(client.model.w.detach(), torch.tensor([3.0, 2.0]) - 0.1 * torch.tensor(v))
 
 
 def test_fedcm_step_at_its_fixed_point_is_the_plain_sgd_step():
-    """Delta = g + wd w (the fixed point of Delta <- alpha g + (1 - alpha) Delta with g regularised):
-    the FedCM step is the plain weight-decayed SGD step for any alpha, weight decay counted once."""
+    """With decay-in-mix, Delta = g + wd w (the fixed point of Delta <- alpha g + (1 - alpha) Delta with
+    g regularised): the FedCM step is the plain weight-decayed SGD step for any alpha, decay counted once."""
     w, wd, lr = torch.tensor([3.0, 2.0]), 0.1, 0.1
     plain = quadratic(FedAvgClient, {"weight-decay": wd}, w.tolist())
     one_step(plain, lr)
     for alpha in (0.1, 0.5):
-        client = quadratic(FedCMClient, {"strategy": "fedcm", "fedcm.alpha": alpha, "weight-decay": wd}, w.tolist())
+        client = quadratic(FedCMClient, {"strategy": "fedcm", "fedcm.alpha": alpha, "weight-decay": wd,
+                                         "fedcm.decay-in-mix": True}, w.tolist())
         client.receive({"arrays": {"w": w}, "momentum": {"w": A * w + wd * w}}, {})
         one_step(client, lr)
         assert torch.allclose(client.model.w.detach(), plain.model.w.detach()), alpha

@@ -7,6 +7,7 @@ arrays into the caller's tensors. Schemes flwr-datasets lacks are ``Partitioner`
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 
 import datasets
@@ -47,27 +48,73 @@ class PrecomputedPartitioner(Partitioner):
 
 
 class DirichletHsuPartitioner(PrecomputedPartitioner):
-    """Hsu et al. (2019) label skew as FedSMOO uses it: client k draws a class prior
-    q_k ~ Dir(alpha, ..., alpha) (concentration alpha per class, as in FedSMOO's and FedDyn's
-    public code, so Dirichlet 0.6 / 0.1 mean what the paper's tables mean), then fills N // K
-    slots by drawing a class from q_k and an example of that class WITH replacement, so every
-    client has the same size and examples may repeat within and across clients."""
+    """Hsu et al. (2019) label skew as FedSMOO's authors draw it (their simulator's ``DatasetObject``,
+    rule 'Dirichlet'): client k's class prior q_k ~ Dir(alpha, ..., alpha) (alpha per class), every
+    client gets N // K examples (client 0 also the remainder). Repeatedly a random client that is not
+    full draws a class from q_k and takes that class's next unused example; a class that has run out
+    is refilled, so its examples are used again (the paper's "sampling with replacement": class totals
+    follow the priors, not the data). The draws replay the simulator's numpy calls in order from
+    ``np.random.seed(seed)``, so the per-client class counts equal the simulator's for the same seed
+    and the same class sizes."""
 
     def __init__(self, num_partitions: int, alpha: float, seed: int) -> None:
         super().__init__(num_partitions, seed)
         self._alpha = alpha
 
-    def _split(self, labels, rng):
-        classes, counts = np.unique(labels, return_counts=True)
-        pools = np.argsort(labels, kind="stable")  # examples grouped by class, in class order
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        size = len(labels) // self._num_partitions
-        priors = rng.dirichlet(np.full(len(classes), self._alpha), self._num_partitions)
-        parts = []
-        for q in priors:
-            c = rng.choice(len(classes), size=size, p=q / q.sum())
-            parts.append(pools[starts[c] + (rng.random(size) * counts[c]).astype(np.int64)])
+    def priors(self, rng: np.random.RandomState, num_classes: int) -> np.ndarray:
+        """Cumulative class priors, one row per client."""
+        return np.cumsum(rng.dirichlet([self._alpha] * num_classes, size=self._num_partitions), axis=1)
+
+    def _split(self, labels, _):
+        rng = np.random.RandomState(self._seed)  # the simulator's legacy global stream
+        order = rng.permutation(len(labels))  # the simulator shuffles the training set first
+        labels = labels[order]
+        n = self._num_partitions
+        sizes = np.full(n, len(labels) // n, dtype=np.int64)
+        sizes[0] += len(labels) - sizes.sum()
+        cumsum = self.priors(rng, int(labels.max()) + 1)
+        pools = [np.flatnonzero(labels == c) for c in range(cumsum.shape[1])]
+        left = [len(p) for p in pools]
+        # np.argmax(u <= cumsum[k]) as a bisection over the row's positive (non-decreasing) entries
+        rows = [(row[row > 0].tolist(), np.flatnonzero(row > 0).tolist()) for row in cumsum]
+        parts = [np.empty(s, dtype=np.int64) for s in sizes]
+        sizes = sizes.tolist()
+        remaining = sum(sizes)
+        while remaining:
+            k = rng.randint(n)
+            if sizes[k] <= 0:
+                continue
+            sizes[k] -= 1
+            remaining -= 1
+            values, classes = rows[k]
+            while True:
+                u = rng.uniform()
+                j = bisect.bisect_left(values, u)
+                c = classes[j] if u > 0 and j < len(values) else 0  # no True: argmax gives 0
+                if left[c] <= 0:  # class used up: refill it and draw again
+                    left[c] = len(pools[c])
+                    continue
+                left[c] -= 1
+                parts[k][sizes[k]] = order[pools[c][left[c]]]
+                break
         return parts
+
+
+class PathologicalHsuPartitioner(DirichletHsuPartitioner):
+    """FedSMOO's pathological split (their simulator's rule 'Pathological'): client k may hold only c
+    random classes, each with prior 1/c; drawn like ``DirichletHsuPartitioner`` (equal client sizes,
+    a used-up class is refilled), replaying the simulator's numpy stream for the same seed."""
+
+    def __init__(self, num_partitions: int, classes_per_client: int, seed: int) -> None:
+        super().__init__(num_partitions, 1.0, seed)
+        self._c = classes_per_client
+
+    def priors(self, rng, num_classes):
+        active = np.ones((self._num_partitions, num_classes))
+        active[:, self._c:] = 0
+        for row in active:
+            rng.shuffle(row)
+        return np.where(active > 0, np.cumsum(active, axis=1) / self._c, 0.0)
 
 
 class ShardsHalfNormalPartitioner(PrecomputedPartitioner):
@@ -226,6 +273,10 @@ def _dirichlet_hsu(labels, n, seed, alpha, **_):
     return DirichletHsuPartitioner(n, alpha, seed), None
 
 
+def _pathological_hsu(labels, n, seed, classes_per_client, **_):
+    return PathologicalHsuPartitioner(n, classes_per_client, seed), None
+
+
 def _pathological(labels, n, seed, classes_per_client, **_):
     # "first-deterministic": client k always holds class k mod C (so all classes are used once
     # n >= C), the remaining classes are drawn by seed; each class is split evenly among holders.
@@ -318,6 +369,7 @@ PARTITIONERS: dict[str, _Factory] = {
     "dirichlet": _dirichlet,
     "dirichlet-hsu": _dirichlet_hsu,
     "pathological": _pathological,
+    "pathological-hsu": _pathological_hsu,
     "label-sorted": _label_sorted,
     "shards-halfnormal": _shards_halfnormal,
     "quantity-halfnormal": _quantity_halfnormal,

@@ -1,0 +1,102 @@
+"""Run the FedSMOO authors' simulator (FL-Simulator, unmodified classes, from a scratch copy) on fedapp's
+reduced Table 1 setting, for a side-by-side with ``reduced-cifar10-mlp-dir0.1-10pct-of-100.toml``.
+
+    /work/anchors/venv/bin/python simulations/fedsmoo/fl_simulator_reduced.py \
+        --simulator /work/anchors/work/fedsmoo/FL-Simulator --data /work/anchors/data \
+        --config simulations/fedsmoo/reduced-cifar10-mlp-dir0.1-10pct-of-100.toml --method FedSMOO --seed 20 \
+        --out /work/runs/fedsmoo/simulator/FedSMOO-s20.json
+
+Everything the simulator decides stays its own: its ``DatasetObject`` partition (rule 'Dirichlet'), its
+Bernoulli client sampling, normalisation, augmentation, clipping at 10, local solvers and servers. From the
+run-config file come the numbers (clients, ratio, rounds, epochs, batch, lr, per-method lr decay, weight
+decay, rho, lamb = 1/beta, alpha) and the model: fedapp's ``mlp``, passed as the simulator's model function
+(its own model zoo has no MLP for CIFAR). Shims, all outside the training path: torchvision's MD5 check and
+download are disabled (our converted CIFAR-10 batches), and ``_test_`` evaluates only the test set, every
+``eval-every`` rounds and after the last (the simulator evaluates train and test sets every round).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import tomllib
+import types
+from pathlib import Path
+
+PREFIX = {"FedAvg": "fedavg", "SCAFFOLD": "scaffold", "FedDyn": "feddyn", "FedSAM": "fedsam",
+          "MoFedSAM": "mofedsam", "FedSpeed": "fedspeed", "FedSMOO": "fedsmoo"}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--simulator", required=True, type=Path)
+    p.add_argument("--data", required=True, type=Path, help="folder holding cifar-10-batches-py")
+    p.add_argument("--config", required=True)
+    p.add_argument("--method", required=True, choices=list(PREFIX))
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--work", type=Path, default=Path("/tmp/fl_simulator_reduced"))
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--rounds", type=int, help="fewer rounds than the config (smoke runs)")
+    a = p.parse_args()
+    sys.path[:0] = [str(a.simulator), str(Path(__file__).resolve().parents[2])]
+    import numpy as np
+    import torch
+    import torchvision.datasets.cifar as tv_cifar
+
+    torch.set_num_threads(1)
+    tv_cifar.check_integrity = lambda fpath, md5=None: Path(fpath).exists()
+    tv_cifar.CIFAR10.download = lambda self, *x, **k: None
+    raw = a.work / "Data" / "Raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    link = raw / "cifar-10-batches-py"
+    if not link.exists():
+        link.symlink_to(a.data / "cifar-10-batches-py")
+
+    import server as sim_server
+    from dataset import DatasetObject
+    from utils import get_mdl_params
+
+    from fedapp.models import MLP
+
+    with open(a.config, "rb") as f:
+        cfg = tomllib.load(f)
+    pre = PREFIX[a.method]
+    assert cfg["partition"] == "dirichlet-hsu" and cfg["model"] == "mlp" and cfg["dataset"] == "cifar10"
+    args = types.SimpleNamespace(
+        dataset="CIFAR10", total_client=cfg["num-clients"], active_ratio=cfg["fraction-train"],
+        comm_rounds=a.rounds or cfg["num-server-rounds"], local_epochs=cfg["local-epochs"], batchsize=cfg["batch-size"],
+        weight_decay=cfg["weight-decay"], local_learning_rate=cfg["lr"], global_learning_rate=1.0,
+        lr_decay=cfg.get(f"{pre}.lr-decay") or cfg["lr-decay"], seed=a.seed, use_RI=False,
+        alpha=cfg.get(f"{pre}.alpha", 0.1), beta=0.1, beta1=0.9, beta2=0.99,
+        lamb=1.0 / cfg.get(f"{pre}.beta", 10.0), rho=cfg.get(f"{pre}.rho", 0.1), gamma=1.0, epsilon=0.01,
+        method=a.method, out_file=str(a.work / "out"), non_iid=True, split_rule="Dirichlet",
+        split_coef=cfg["partition-alpha"])
+    torch.manual_seed(a.seed)  # as the simulator's train.py, in its order
+    np.random.seed(a.seed)
+    data = DatasetObject(dataset="CIFAR10", n_client=args.total_client, seed=a.seed, rule="Dirichlet",
+                         rule_arg=args.split_coef, data_path=str(a.work) + "/")
+    model_func = lambda: MLP((3, 32, 32), 10)  # noqa: E731
+    init = model_func()
+    srv = getattr(sim_server, a.method)(device=torch.device("cpu"), model_func=model_func, init_model=init,
+                                        init_par_list=get_mdl_params(init), datasets=data, method=a.method,
+                                        args=args)
+    rows, t0, every = [], time.time(), cfg.get("eval-every", 1)
+
+    def test(t, selected):
+        row = {"round": t + 1, "clients": len(selected), "lr": srv.lr, "wall-time": time.time() - t0}
+        if (t + 1) % every == 0 or t + 1 == args.comm_rounds:
+            loss, acc = srv._validate_((data.test_x, data.test_y))
+            row.update({"central-loss": float(loss), "central-accuracy": float(acc)})
+            print(row, flush=True)
+        rows.append(row)
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps({"method": a.method, "seed": a.seed, "config": a.config, "rounds": rows}) + "\n")
+
+    srv._test_ = test
+    srv.train()
+
+
+if __name__ == "__main__":
+    main()

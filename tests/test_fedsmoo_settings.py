@@ -1,0 +1,119 @@
+"""FedSMOO's experimental settings (paper Section 5, Appendix B.4; the authors' simulator where noted):
+model, per-method lr decay, gradient clipping, partitions and the paper's run-config files."""
+
+import tomllib
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from clients.fedavg import FedAvgClient
+from clients.feddyn import FedDynClient
+from fedapp.config import ConfigError, parse_run_config
+from fedapp.data.partitioners import DirichletHsuPartitioner, PathologicalHsuPartitioner
+from fedapp.experiment import round_lr
+from fedapp.models import build_model, param_count
+from tests.conftest import ROOT
+from tests.test_fedsmoo import A, quadratic
+
+
+def test_resnet18gn_is_torchvision_resnet18_with_groupnorm():
+    model = build_model("resnet18gn", (3, 32, 32), 10)
+    assert param_count(model) == 11_181_642  # torchvision resnet18, fc 512 -> 10
+    assert model.conv1.kernel_size == (7, 7) and model.conv1.stride == (2, 2)
+    assert isinstance(model.pool, nn.MaxPool2d) and model.pool.stride == 2
+    norms = [m for m in model.modules() if isinstance(m, (nn.GroupNorm, nn.BatchNorm2d))]
+    assert len(norms) == 20 and all(isinstance(m, nn.GroupNorm) and m.num_groups == 2 for m in norms)
+    assert param_count(build_model("resnet18gn-cifar", (3, 32, 32), 10)) == 11_173_962
+
+
+def test_lr_decay_per_method_in_one_config():
+    values = {"lr": 0.1, "lr-decay": 0.998, "feddyn.lr-decay": 0.9995, "fedsmoo.lr-decay": 0.9995}
+    for strategy, decay in [("feddyn", 0.9995), ("fedsmoo", 0.9995), ("fedavg", 0.998), ("fedsam", 0.998)]:
+        cfg = parse_run_config({**values, "strategy": strategy})
+        assert round_lr(cfg, 1) == 0.1
+        assert round_lr(cfg, 3) == pytest.approx(0.1 * decay ** 2, rel=1e-12), strategy
+
+
+def run_one_step(client, lr):
+    client.loader = lambda seed: SimpleNamespace(next_batch=lambda: (None, None))
+    client.train(1, lr, seed=0)
+
+
+def test_grad_clip_before_weight_decay_by_hand():
+    client = quadratic(FedAvgClient, {"grad-clip": 2.5, "weight-decay": 0.1}, [3.0, 2.0])
+    run_one_step(client, lr=0.1)
+    # g = a w = [3, 4], ||g|| = 5 -> clipped to [1.5, 2]; decay 0.1 w = [0.3, 0.2] added after the clip
+    assert torch.allclose(client.model.w.detach(), torch.tensor([3.0, 2.0]) - 0.1 * torch.tensor([1.8, 2.2]))
+    unclipped = quadratic(FedAvgClient, {"grad-clip": 10.0}, [3.0, 2.0])
+    run_one_step(unclipped, lr=0.1)
+    assert torch.allclose(unclipped.model.w.detach(), torch.tensor([2.7, 1.6]))
+
+
+def test_feddyn_clip_sees_gradient_dual_and_anchor_not_the_prox_weight_term():
+    """The simulator's FedDyn puts lamb * w into SGD's weight decay and clips g + lamb (h_i - w_t):
+    with beta = 2, lambda_i = 0 and w = w_t = [3, 2] the clipped vector is g - w_t / beta = [1.5, 3]."""
+    client = quadratic(FedDynClient, {"strategy": "feddyn", "feddyn.beta": 2.0, "grad-clip": 1.5}, [3.0, 2.0])
+    client.receive({"arrays": {"w": torch.tensor([3.0, 2.0])}}, {})
+    run_one_step(client, lr=0.1)
+    v = torch.tensor([1.5, 3.0])
+    step = v * 1.5 / v.norm() + torch.tensor([3.0, 2.0]) / 2.0
+    assert torch.allclose(client.model.w.detach(), torch.tensor([3.0, 2.0]) - 0.1 * step)
+    # unclipped it is FedDyn's step g - lambda_i + (w - w_t) / beta = g = [3, 4]
+    plain = quadratic(FedDynClient, {"strategy": "feddyn", "feddyn.beta": 2.0}, [3.0, 2.0])
+    plain.receive({"arrays": {"w": torch.tensor([3.0, 2.0])}}, {})
+    run_one_step(plain, lr=0.1)
+    assert torch.allclose(plain.model.w.detach(), torch.tensor([3.0, 2.0]) - 0.1 * A * torch.tensor([3.0, 2.0]))
+
+
+LABELS = np.repeat(np.arange(10), 600)  # 6,000 labels, 600 per class
+
+
+def test_dirichlet_hsu_equal_sizes_and_refills_used_up_classes():
+    parts = DirichletHsuPartitioner(20, 0.1, seed=20)._split(LABELS, None)
+    assert [len(p) for p in parts] == [300] * 20
+    counts = np.bincount(LABELS[np.concatenate(parts)], minlength=10)
+    assert counts.sum() == 6000 and counts.max() > 600  # a used-up class is refilled: totals follow the priors
+    assert len(np.unique(np.concatenate(parts))) < 6000
+
+
+def test_pathological_hsu_c_classes_equal_sizes():
+    parts = PathologicalHsuPartitioner(20, 3, seed=20)._split(LABELS, None)
+    assert [len(p) for p in parts] == [300] * 20
+    assert all(len(np.unique(LABELS[p])) <= 3 for p in parts)
+    assert sum(len(np.unique(LABELS[p])) == 3 for p in parts) >= 18
+
+
+def test_uneven_split_gives_the_remainder_to_client_zero():
+    parts = DirichletHsuPartitioner(7, 0.5, seed=1)._split(LABELS, None)
+    assert [len(p) for p in parts] == [857 + 1] + [857] * 6
+
+
+PAPER = sorted((ROOT / "simulations" / "fedsmoo").glob("paper-*.toml"))
+
+
+@pytest.mark.parametrize("path", PAPER, ids=[p.stem for p in PAPER])
+def test_paper_configs_hold_the_papers_values(path):
+    with open(path, "rb") as f:
+        cfg = parse_run_config(tomllib.load(f))
+    cifar10 = cfg.dataset == "cifar10"
+    assert (cfg.batch_size, cfg.local_epochs) == ((50, 5) if cifar10 else (20, 2))
+    assert (cfg.lr, cfg.lr_decay, cfg.weight_decay, cfg.grad_clip, cfg.model) == (0.1, 0.998, 1e-3, 10.0, "resnet18gn")
+    assert cfg.partition in ("dirichlet-hsu", "pathological-hsu") and cfg.num_server_rounds == 800
+    assert (cfg.num_clients, cfg.fraction_train) in ((100, 0.1), (200, 0.05))
+    v = cfg.as_dict()
+    assert v["fedsam.rho"] == v["mofedsam.rho"] == 0.01 and v["fedsmoo.rho"] == 0.1
+    assert v["feddyn.lr-decay"] == v["fedsmoo.lr-decay"] == 0.9995
+    assert v["feddyn.beta"] == v["fedsmoo.beta"] == (10.0 if cifar10 else 100.0)
+    assert v["fedadam.eta"] == 0.1 and v["scaffold.server-lr"] == 1.0
+    assert v["mofedsam.alpha"] == v["fedcm.alpha"] == 0.1 and not v["fedcm.decay-in-mix"]
+    assert len(PAPER) == 16
+
+
+@pytest.mark.parametrize("key, value", [("grad-clip", -1.0), ("feddyn.lr-decay", 1.5),
+                                        ("fedcm.decay-in-mix", "maybe"), ("partition", "pathological-hsv")])
+def test_bad_settings_name_the_key(key, value):
+    with pytest.raises(ConfigError, match=f"'{key}'"):
+        parse_run_config({"strategy": key.split(".")[0] if "." in key else "fedavg", key: value})
