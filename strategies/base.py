@@ -160,7 +160,6 @@ class FedStrategy(Strategy):
         # names this run's client state at the sites (every message carries it); a checkpoint keeps
         # it, so only a run resumed from this one's checkpoint finds that state
         self.run_key = f"{cfg.run_name or cfg.strategy}-{uuid.uuid4().hex[:12]}"
-        self.client_accuracy: dict[int, float] = {}  # the last federated evaluation, per partition id
 
     @property
     def param_keys(self) -> list[str]:
@@ -490,7 +489,6 @@ class FedStrategy(Strategy):
         """Pooled accuracy/loss over clients, per-client spread, and seen/unseen splits."""
         valid = self.parse_replies(replies, expected or dict.fromkeys(self.clients))
         self.client_evals = [(r.pid, r.pid in self.unseen, r.metrics) for r in valid]
-        self.client_accuracy = {r.pid: r.metrics["accuracy"] for r in valid if r.num_examples > 0}
         if not valid:
             return None
         out: dict[str, float] = {}
@@ -530,13 +528,14 @@ class FedStrategy(Strategy):
 
     def evaluate_round(self, server_round: int, grid: Grid) -> dict[str, float]:
         out: dict[str, Any] = {}
-        self.client_accuracy = {}
+        self.client_evals = []
         contents = self.evaluate_contents(server_round)
         if contents:
             replies = self.exchange(grid, self.messages(contents, MessageType.EVALUATE), traffic="eval")
             out.update(self.aggregate_evaluate(server_round, replies, {pid: None for pid in contents}) or {})
-            if self.client_accuracy:
-                out["fed-client-accuracy"] = dict(self.client_accuracy)
+            accuracy = {pid: m["accuracy"] for pid, _, m in self.client_evals if m["num-examples"] > 0}
+            if accuracy:  # per partition id
+                out["fed-client-accuracy"] = accuracy
         out.update(self.evaluate_central())
         return out
 
