@@ -42,8 +42,8 @@ def test_the_proxy_configuration_forwards_only_the_fleet_api(tmp_path):
     shell(command("python scripts/make_credentials.py"), tmp_path)
     out = shell(command("python scripts/fleet_proxy.py") + " --print", tmp_path)
     assert out.returncode == 0, out.stderr
-    locations = re.findall(r"location (\S+) \{", out.stdout)
-    assert locations == ["/v1/fleet/", "/"]
+    locations = re.findall(r"location (.+?) \{", out.stdout)
+    assert locations == ["/v1/fleet/", "= /health", "/"]
     assert "listen 0.0.0.0:9092 ssl;" in out.stdout and "proxy_pass https://127.0.0.1:9093;" in out.stdout
     assert "location / { return 403; }" in out.stdout
     assert "--host 127.0.0.1 --port 9093" in command("flower-superlink")
