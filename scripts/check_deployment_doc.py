@@ -217,8 +217,8 @@ def check(c: Check) -> None:
 
     # 1. credentials (the two lines of the block run in one shell)
     activate, creds_cmd = command(". .venv/bin/activate"), command("python scripts/make_credentials.py")
-    c.used.add(activate)
     c.run(f"{activate}\n{creds_cmd}", link)
+    c.used |= {activate, creds_cmd}
     creds = link / "creds"
     made = sorted(p.name for p in creds.iterdir())
     if made != ["ca.crt", "ca.key", "server.key", "server.pem", "site-a", "site-a.pub", "site-b", "site-b.pub"]:
@@ -297,7 +297,18 @@ def check(c: Check) -> None:
 
     first = submitted(run_cmds[0])
     results = w / "srv" / "results" / "fedavg" / "rounds.json"
-    c.wait("round 1 of the fedavg run in /srv/results/fedavg/rounds.json", lambda: len(rounds(results)) >= 2, 900)
+    asked = [time.time()]
+
+    def trained() -> bool:  # the run's status is asked every 30 s, in case it failed
+        if len(rounds(results)) >= 2:
+            return True
+        if time.time() - asked[0] > 30:
+            asked[0] = time.time()
+            if (now := status(first)).startswith("finished"):
+                c.fail(run_cmds[0], f"the run is {now} before its round 1 (`flwr log {first} sites` says why)")
+        return False
+
+    c.wait("round 1 of the fedavg run in /srv/results/fedavg/rounds.json", trained, 900)
     if rounds(results)[1]["replies"] != 2:
         c.fail(run_cmds[0], f"round 1: {rounds(results)[1]}")
     if first not in c.run(command("flwr ls sites  "), w):
@@ -315,9 +326,12 @@ def check(c: Check) -> None:
     # a crashed site (SIGKILL) restarted at once by the documented loop: refused, then back
     loop = command("until flower-supernode")
     c.stop("site-a", signal.SIGKILL, grace=0)
+    crashed = time.time()
     c.start("site-a", loop, w / "site-a")
     c.wait_log("site-a", "Failed to activate SuperNode", timeout=120)
     c.wait_log("site-a", "SuperNode ID:", count=2, timeout=240)
+    print(f"         site A, killed and restarted by the loop at once: refused "
+          f"{c.log('site-a').count('Failed to activate SuperNode')} time(s), back after {time.time() - crashed:.0f} s")
 
     for doc_cmd in run_cmds[1:]:
         run_id = submitted(doc_cmd)
@@ -340,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     c = Check(work.resolve())
     text = DOC.read_text()
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # either way the federation is stopped
     try:
         check(c)
     finally:
