@@ -54,10 +54,10 @@ def supernode_superlink(pid: int | None = None) -> tuple[str, str | bool] | None
     """The ``/health`` URL of the SuperLink the nearest ``flower-supernode`` ancestor of ``pid``
     (this process) dials, and what verifies its certificate (CA path, True: system CAs, False:
     ``--insecure``); None without such an ancestor or off Linux."""
-    # Flower's own parser, so defaults (address, TLS) are those the SuperNode applied
-    from flwr.supernode.cli.flower_supernode import _parse_args_run_supernode
-
     try:
+        # Flower's own parser, so defaults (address, TLS) are those the SuperNode applied
+        from flwr.supernode.cli.flower_supernode import _parse_args_run_supernode
+
         pid = _ppid(pid or os.getpid())
         while pid > 1:
             argv = _cmdline(pid)
@@ -68,7 +68,7 @@ def supernode_superlink(pid: int | None = None) -> tuple[str, str | bool] | None
                 verify = False if args.insecure else str(cwd / args.root_certificates) if args.root_certificates else True
                 return f"{'http' if args.insecure else 'https'}://{args.superlink}/health", verify
             pid = _ppid(pid)
-    except (OSError, ValueError, IndexError, SystemExit):
+    except (ImportError, OSError, ValueError, IndexError, SystemExit):
         pass
     return None
 
