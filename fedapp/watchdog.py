@@ -65,7 +65,8 @@ def supernode_superlink(pid: int | None = None) -> tuple[str, str | bool] | None
             if start is not None:
                 args, _ = _parse_args_run_supernode().parse_known_args(argv[start + 1:])
                 cwd = Path(f"/proc/{pid}/cwd").resolve()
-                verify = False if args.insecure else str(cwd / args.root_certificates) if args.root_certificates else True
+                ca = args.root_certificates and str(cwd / args.root_certificates)
+                verify = False if args.insecure else ca or True
                 return f"{'http' if args.insecure else 'https'}://{args.superlink}/health", verify
             pid = _ppid(pid)
     except (ImportError, OSError, ValueError, IndexError, SystemExit):
