@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from logging import INFO
 from pathlib import Path
 
-import httpx
 from flwr.app import Context, Message
 from flwr.common.logger import log
 from flwr.clientapp.typing import ClientAppCallable
@@ -81,15 +83,18 @@ class _Watch:
 
     def __init__(self, url: str, verify: str | bool, grace: float):
         self.url, self.grace = url, grace
-        self.client = httpx.Client(verify=verify, timeout=PROBE_INTERVAL)
+        self.tls = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None) if verify else None
         self.stop = threading.Event()
         self.lost_after: float | None = None
         self.thread = threading.Thread(target=self.run, name="superlink-watchdog", daemon=True)
 
     def alive(self) -> bool:
         try:
-            return self.client.get(self.url).status_code not in (502, 503, 504)
-        except (httpx.HTTPError, OSError):
+            urllib.request.urlopen(self.url, timeout=PROBE_INTERVAL, context=self.tls).close()
+            return True
+        except urllib.error.HTTPError as err:
+            return err.code not in (502, 503, 504)
+        except (OSError, ValueError):  # refused, reset, timed out, TLS failed
             return False
 
     def run(self) -> None:
@@ -111,7 +116,6 @@ class _Watch:
         _Watch.armed = None  # a signal still in flight is then ignored
         self.stop.set()
         self.thread.join()
-        self.client.close()
 
 
 def _raise_lost(signum, frame) -> None:
