@@ -33,12 +33,14 @@ from fedapp.faults import fault_mod
 from fedapp.models import build_model
 from fedapp.records import Payload, from_record, make_content, payload_of
 from fedapp.results import atomic_write
+from fedapp.watchdog import superlink_watchdog_mod
 
 STATE_PREFIX = "state."
 SPILLED = "spilled-state"  # ConfigRecord {"path": file} when the committed state is only on disk
 
+# the SuperLink watchdog, only at a SuperNode's ClientApp processes (fedapp/watchdog.py), and
 # fault injection, a no-op unless the run config sets fault-fraction (fedapp/faults.py)
-app = ClientApp(mods=[fault_mod])
+app = ClientApp(mods=[superlink_watchdog_mod, fault_mod])
 
 
 def partition_id(context: Context) -> int:

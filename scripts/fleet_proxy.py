@@ -1,7 +1,7 @@
 """Run nginx as the SuperLink's public face: TLS on the public address, only the Fleet API
-(``/v1/fleet/``, what SuperNodes call) forwarded to a SuperLink bound to the loopback; every
-other path (the Control API of ``flwr run``/``ls``/``supernode register``, the runtime API)
-answers 403. Flower 1.41 serves all its APIs on one port, so this is what keeps strangers
+(``/v1/fleet/``, what SuperNodes call) and its ``/health`` (which a site's ClientApps watch:
+fedapp/watchdog.py) forwarded to a SuperLink bound to the loopback; every other path (the
+Control API of ``flwr run``/``ls``/``supernode register``, the runtime API) answers 403. Flower 1.41 serves all its APIs on one port, so this is what keeps strangers
 who can reach the SuperLink's machine out of the Control API (docs/deployment.md).
 
     python scripts/fleet_proxy.py --listen 0.0.0.0:9092 --superlink 127.0.0.1:9093 \\
@@ -49,6 +49,12 @@ http {{
             proxy_buffering off;
             proxy_read_timeout 600s;
             proxy_send_timeout 600s;
+        }}
+        location = /health {{           # liveness only (200, nothing else); 502 when the SuperLink is gone
+            proxy_pass https://{superlink};
+            proxy_ssl_trusted_certificate {creds}/ca.crt;
+            proxy_ssl_verify on;
+            proxy_ssl_name {upstream_name};
         }}
         location / {{ return 403; }}  # Control API, runtime API, anything else
     }}

@@ -1,5 +1,6 @@
-"""The commands of docs/deployment.md that need no running federation, run as written there
-(the federation's own commands run in test_deployment.py and test_deployment_proxy.py)."""
+"""The commands of docs/deployment.md that need no running federation, run as written there,
+and the doc's commands as scripts/check_deployment_doc.py reads them (that script runs them all
+on a loopback federation, in minutes: not part of the suite)."""
 
 import os
 import re
@@ -10,14 +11,8 @@ from pathlib import Path
 from cryptography import x509
 
 ROOT = Path(__file__).resolve().parents[1]
-DOC = (ROOT / "docs" / "deployment.md").read_text()
-
-
-def command(prefix: str) -> str:
-    """The documented command starting with ``prefix``, continuation lines joined."""
-    match = re.search(rf"^    ({re.escape(prefix)}.*?)(?<!\\)\n", DOC, re.M | re.S)
-    assert match, prefix
-    return re.sub(r"\\\n\s*", "", match.group(1))
+sys.path.insert(0, str(ROOT / "scripts"))
+from check_deployment_doc import DOC, SKIPPED, blocks, command, commands  # noqa: E402
 
 
 def shell(cmd: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -42,8 +37,22 @@ def test_the_proxy_configuration_forwards_only_the_fleet_api(tmp_path):
     shell(command("python scripts/make_credentials.py"), tmp_path)
     out = shell(command("python scripts/fleet_proxy.py") + " --print", tmp_path)
     assert out.returncode == 0, out.stderr
-    locations = re.findall(r"location (\S+) \{", out.stdout)
-    assert locations == ["/v1/fleet/", "/"]
+    locations = re.findall(r"location (.+?) \{", out.stdout)
+    assert locations == ["/v1/fleet/", "= /health", "/"]
     assert "listen 0.0.0.0:9092 ssl;" in out.stdout and "proxy_pass https://127.0.0.1:9093;" in out.stdout
     assert "location / { return 403; }" in out.stdout
     assert "--host 127.0.0.1 --port 9093" in command("flower-superlink")
+
+
+def test_every_command_of_the_doc_is_in_a_code_block_the_check_reads():
+    """No command hides in an indented block the check would not see; each skipped one is
+    said to be skipped in the doc (the check itself fails on any other that it does not run)."""
+    text = DOC.read_text()
+    outside = re.sub(r"^( *)```.*?^\1```$", "", text, flags=re.M | re.S)
+    assert not re.findall(r"^ {4,}\S", outside, re.M), "a command outside a fenced block"
+    assert {lang for lang, _ in blocks(text)} == {"sh", "toml"}
+    cmds = commands(text)
+    assert command("until flower-supernode").endswith("done") and command("flower-superlink").count("\n") == 3
+    skipped = [c for c in cmds if any(c.startswith(s) for s in SKIPPED)]
+    assert [c.split()[0] for c in skipped] == ["apt-get", "pip", "ssh", "ray", "ray", "RAY_ADDRESS=<head>:6379"]
+    assert "not run by the check" in text and "the check does not install packages" in text
