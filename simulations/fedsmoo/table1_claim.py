@@ -1,7 +1,8 @@
 """Summarise the reduced-scale Table 1 runs of one column into its ordering claim and markdown tables.
 
     python simulations/fedsmoo/table1_claim.py simulations/fedsmoo/reduced-cifar10-mlp-dir0.1-10pct-of-100.toml \
-        --seeds 20 21 --target 0.3 0.35 --reference /work/runs/fedsmoo/simulator --claims docs/results/fedsmoo.claims.json
+        --seeds 20 21 --target 0.3 0.35 --reference /work/runs/fedsmoo/simulator \
+        --claims docs/results/fedsmoo.claims.json
 
 Reads ``<results-dir>/<method>-s<seed>/rounds.json`` (written by ``sweep.py``) and, with ``--reference``, the
 authors' simulator's runs of the same setting (``<Method>-s<seed>.json`` from ``fl_simulator_reduced.py``). The
@@ -120,7 +121,8 @@ def main() -> None:
     print("\nours, mean over the seeds:\n" + curve_table({m: curve(runs) for m, runs in ours.items()}))
 
     def late(h):
-        return statistics.mean(r["central-accuracy"] for r in h if r["round"] >= rounds - 10 and "central-accuracy" in r)
+        return statistics.mean(r["central-accuracy"] for r in h
+                               if r["round"] >= rounds - 10 and "central-accuracy" in r)
 
     reference = None
     if a.reference:
