@@ -112,6 +112,18 @@ def test_paper_configs_hold_the_papers_values(path):
     assert len(PAPER) == 16
 
 
+def test_reduced_columns_differ_only_in_the_partition():
+    """The two reduced Table 1 columns share every setting but the split (and where their runs go)."""
+    def load(column):
+        with open(ROOT / "simulations" / "fedsmoo" / f"reduced-cifar10-mlp-{column}-10pct-of-100.toml", "rb") as f:
+            return tomllib.load(f)
+    dirichlet, pathological = load("dir0.1"), load("path3")
+    assert (dirichlet.pop("partition"), dirichlet.pop("partition-alpha")) == ("dirichlet-hsu", 0.1)
+    assert (pathological.pop("partition"), pathological.pop("partition-classes")) == ("pathological-hsu", 3)
+    assert dirichlet.pop("results-dir") != pathological.pop("results-dir")
+    assert dirichlet == pathological
+
+
 @pytest.mark.parametrize("key, value", [("grad-clip", -1.0), ("feddyn.lr-decay", 1.5),
                                         ("fedcm.decay-in-mix", "maybe"), ("partition", "pathological-hsv")])
 def test_bad_settings_name_the_key(key, value):

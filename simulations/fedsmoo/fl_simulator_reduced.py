@@ -1,12 +1,13 @@
 """Run the FedSMOO authors' simulator (FL-Simulator, unmodified classes, from a scratch copy) on fedapp's
-reduced Table 1 setting, for a side-by-side with ``reduced-cifar10-mlp-dir0.1-10pct-of-100.toml``.
+reduced Table 1 settings, for a side-by-side with ``reduced-cifar10-mlp-{dir0.1,path3}-10pct-of-100.toml``.
 
     /work/anchors/venv/bin/python simulations/fedsmoo/fl_simulator_reduced.py \
         --simulator /work/anchors/work/fedsmoo/FL-Simulator --data /work/anchors/data \
         --config simulations/fedsmoo/reduced-cifar10-mlp-dir0.1-10pct-of-100.toml --method FedSMOO --seed 20 \
         --out /work/runs/fedsmoo/simulator/FedSMOO-s20.json
 
-Everything the simulator decides stays its own: its ``DatasetObject`` partition (rule 'Dirichlet'), its
+Everything the simulator decides stays its own: its ``DatasetObject`` partition (rule 'Dirichlet' for
+``dirichlet-hsu``, 'Pathological' for ``pathological-hsu``; its per-client class counts go to the output), its
 Bernoulli client sampling, normalisation, augmentation, clipping at 10, local solvers and servers. From the
 run-config file come the numbers (clients, ratio, rounds, epochs, batch, lr, per-method lr decay, weight
 decay, rho, lamb = 1/beta, alpha) and the model: fedapp's ``mlp``, passed as the simulator's model function
@@ -25,6 +26,7 @@ import tomllib
 import types
 from pathlib import Path
 
+RULES = {"dirichlet-hsu": ("Dirichlet", "partition-alpha"), "pathological-hsu": ("Pathological", "partition-classes")}
 PREFIX = {"FedAvg": "fedavg", "SCAFFOLD": "scaffold", "FedDyn": "feddyn", "FedSAM": "fedsam",
           "MoFedSAM": "mofedsam", "FedSpeed": "fedspeed", "FedSMOO": "fedsmoo"}
 
@@ -63,7 +65,8 @@ def main() -> None:
     with open(a.config, "rb") as f:
         cfg = tomllib.load(f)
     pre = PREFIX[a.method]
-    assert cfg["partition"] == "dirichlet-hsu" and cfg["model"] == "mlp" and cfg["dataset"] == "cifar10"
+    assert cfg["partition"] in RULES and cfg["model"] == "mlp" and cfg["dataset"] == "cifar10"
+    rule, coef_key = RULES[cfg["partition"]]
     args = types.SimpleNamespace(
         dataset="CIFAR10", total_client=cfg["num-clients"], active_ratio=cfg["fraction-train"],
         comm_rounds=a.rounds or cfg["num-server-rounds"], local_epochs=cfg["local-epochs"], batchsize=cfg["batch-size"],
@@ -71,17 +74,18 @@ def main() -> None:
         lr_decay=cfg.get(f"{pre}.lr-decay") or cfg["lr-decay"], seed=a.seed, use_RI=False,
         alpha=cfg.get(f"{pre}.alpha", 0.1), beta=0.1, beta1=0.9, beta2=0.99,
         lamb=1.0 / cfg.get(f"{pre}.beta", 10.0), rho=cfg.get(f"{pre}.rho", 0.1), gamma=1.0, epsilon=0.01,
-        method=a.method, out_file=str(a.work / "out"), non_iid=True, split_rule="Dirichlet",
-        split_coef=cfg["partition-alpha"])
+        method=a.method, out_file=str(a.work / "out"), non_iid=True, split_rule=rule,
+        split_coef=float(cfg[coef_key]))  # a float, as train.py's --split-coef
     torch.manual_seed(a.seed)  # as the simulator's train.py, in its order
     np.random.seed(a.seed)
-    data = DatasetObject(dataset="CIFAR10", n_client=args.total_client, seed=a.seed, rule="Dirichlet",
+    data = DatasetObject(dataset="CIFAR10", n_client=args.total_client, seed=a.seed, rule=rule,
                          rule_arg=args.split_coef, data_path=str(a.work) + "/")
     model_func = lambda: MLP((3, 32, 32), 10)  # noqa: E731
     init = model_func()
     srv = getattr(sim_server, a.method)(device=torch.device("cpu"), model_func=model_func, init_model=init,
                                         init_par_list=get_mdl_params(init), datasets=data, method=a.method,
                                         args=args)
+    counts = [np.bincount(np.asarray(y).ravel(), minlength=10).tolist() for y in data.client_y]
     rows, t0, every = [], time.time(), cfg.get("eval-every", 1)
 
     def test(t, selected):
@@ -92,7 +96,8 @@ def main() -> None:
             print(row, flush=True)
         rows.append(row)
         a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps({"method": a.method, "seed": a.seed, "config": a.config, "rounds": rows}) + "\n")
+        a.out.write_text(json.dumps({"method": a.method, "seed": a.seed, "config": a.config, "rounds": rows,
+                                        "class-counts": counts}) + "\n")
 
     srv._test_ = test
     srv.train()
