@@ -129,7 +129,7 @@ def table2_claim(rs: list[dict]) -> tuple[dict, str]:
         cells = " | ".join(f"{a:.2f} ± {b:.2f}" for a, b in zip(e.mean(0), e.std(0)))
         lines.append(f"| {name} | ours | {len(seeds)} | {cells} | {e.mean():.2f} | {e.mean(0).std():.2f} |")
         if m in TABLE2:
-            lines.append(f"| | paper | 5 | " + " | ".join(TABLE2[m][1]) + f" | {TABLE2[m][2]} | {TABLE2[m][3]} |")
+            lines.append("| | paper | 5 | " + " | ".join(TABLE2[m][1]) + f" | {TABLE2[m][2]} | {TABLE2[m][3]} |")
     groups = [f"seed {s}: " + ", ".join(show(g) for g in by[("hcct", s)].get("groups-per-epoch", [])) for s in seeds]
     return claim, "\n".join(lines) + "\n\nHCCT's groups, epochs 1-10:\n" + "\n".join(f"- {g}" for g in groups)
 
@@ -145,7 +145,8 @@ def fmnist_table(rs: list[dict]) -> str:
         err, best = np.array([r["error"] for r in ms]), np.array([r["error-best"] for r in ms])
         spread = " | ".join(f"{np.mean([r[k] for r in ms]):.2f}" for k in ("error-std", "error-min", "error-max"))
         secs = [r["seconds"] for r in ms]
-        lines.append(f"| {name} | {len(ms)} | {err.mean():.2f} ± {err.std():.2f} | {best.mean():.2f} ± {best.std():.2f} "
+        lines.append(f"| {name} | {len(ms)} | {err.mean():.2f} ± {err.std():.2f} "
+                     f"| {best.mean():.2f} ± {best.std():.2f} "
                      f"| {spread} | {min(secs):.0f}-{max(secs):.0f} | {paper} |")
     return "\n".join(lines)
 
@@ -187,8 +188,8 @@ def golden_claim() -> dict:
                            "producer": "simulations/hcct/authors_golden.py"},
         "seeds": [0],
         "holds": same and diff < 1e-6,
-        "note": "clients numbered from 1; with hcct.first-round = global (the authors' round 0); the paper's singletons are the documented "
-                "difference (tests/test_hcct_golden.py); the data and initial model are the fixture's",
+        "note": "clients numbered from 1; with hcct.first-round = global (the authors' round 0); the paper's "
+                "singletons are the documented difference (tests/test_hcct_golden.py); the data and initial model are the fixture's",
         "setting": "simulations/hcct/golden.toml",
         "command": "/work/anchors/venv/bin/python simulations/hcct/authors_golden.py <scratch copy of "
                    "hiyuchang/HCCT>; python -m pytest tests/test_hcct_golden.py",
@@ -222,7 +223,8 @@ def main() -> None:
               "(Table IV: 34.51 vs 34.47); holds when HCCT's mean error is at most Independent's + 1 point.",
         metric="mean over clients of the local test error after epoch 5 of a 5-epoch cut (paper: 50 epochs)",
         reference_code=None,
-        note="measured at a cut only: 5 epochs (not 50), seed 0 (not 5 seeds); HCCT kept every client alone every epoch",
+        note="measured at a cut only: 5 epochs (not 50), seed 0 (not 5 seeds); HCCT kept every client alone "
+             "every epoch",
         setting="simulations/hcct/cifar10-5epochs.toml",
         command="/work/bin/heavy python simulations/hcct/run.py simulations/hcct/cifar10-5epochs.toml --methods hcct "
                 "independent --seeds 0")
