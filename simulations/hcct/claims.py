@@ -189,7 +189,8 @@ def golden_claim() -> dict:
         "seeds": [0],
         "holds": same and diff < 1e-6,
         "note": "clients numbered from 1; with hcct.first-round = global (the authors' round 0); the paper's "
-                "singletons are the documented difference (tests/test_hcct_golden.py); the data and initial model are the fixture's",
+                "singletons are the documented difference (tests/test_hcct_golden.py); the data and initial "
+                "model are the fixture's",
         "setting": "simulations/hcct/golden.toml",
         "command": "/work/anchors/venv/bin/python simulations/hcct/authors_golden.py <scratch copy of "
                    "hiyuchang/HCCT>; python -m pytest tests/test_hcct_golden.py",
