@@ -1,6 +1,7 @@
 """HCCT against numbers stored from the authors' code (simulations/hcct/authors_golden.py)."""
 
 import json
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -15,13 +16,12 @@ from strategies.base import ClientInfo, Reply
 from strategies.hcct import HCCT
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "hcct_authors_golden.json").read_text())
+SETTING = tomllib.loads((Path(__file__).parents[1] / "simulations" / "hcct" / "golden.toml").read_text())
 
 
 def run_ours(alpha: float, first_round: str = "global") -> list[dict]:
     """Our server strategy and client on the golden setting; the epochs' groups and client models."""
-    cfg = parse_run_config({"strategy": "hcct", "num-clients": len(GOLDEN["data"]), "hcct.alpha": alpha,
-                            "hcct.first-round": first_round, "lr": GOLDEN["lr"], "lr-decay": GOLDEN["lr-decay"],
-                            "batch-size": GOLDEN["batch-size"], "local-epochs": 1, "model": "logreg"})
+    cfg = parse_run_config({**SETTING["base"], "hcct.alpha": alpha, "hcct.first-round": first_round})
     model = build_model("logreg", (6,), 3)
     shapes = {k: v.shape for k, v in model.state_dict().items()}
     model.load_state_dict({k: torch.tensor(v).reshape(shapes[k]) for k, v in GOLDEN["init"].items()})
@@ -33,7 +33,7 @@ def run_ours(alpha: float, first_round: str = "global") -> list[dict]:
         clients[pid] = HCCTClient(cfg, build_model("logreg", (6,), 3), data)
         strategy.clients[pid] = ClientInfo(pid, len(y), 0, False)
     epochs = []
-    for rnd in range(1, GOLDEN["epochs"] + 1):  # fit_round without the message exchange
+    for rnd in range(1, cfg.num_server_rounds + 1):  # fit_round without the message exchange
         strategy.groups = strategy.partition(rnd, sorted(clients))
         strategy.starts = {g: strategy.group_start(g) for g in strategy.groups}
         replies = [Reply(pid, *c.fit(strategy.train_payload(pid, rnd), {"server-round": rnd, "lr": round_lr(cfg, rnd)}))
@@ -54,6 +54,14 @@ def test_matches_authors_hcct_code(alpha):
         for pid, state in t["models"].items():
             for k, v in state.items():
                 np.testing.assert_allclose(o["models"][int(pid)][k].flatten().numpy(), v, rtol=1e-5, atol=1e-6)
+
+
+def test_setting_file_is_the_fixture_setting():
+    """golden.toml (the claims file's setting) is what the authors' code ran."""
+    base = SETTING["base"]
+    assert (base["num-clients"], base["num-server-rounds"]) == (len(GOLDEN["data"]), GOLDEN["epochs"])
+    assert (base["lr"], base["lr-decay"], base["batch-size"]) == (GOLDEN["lr"], GOLDEN["lr-decay"], GOLDEN["batch-size"])
+    assert sorted(SETTING["alphas"]) == sorted(float(a) for a in GOLDEN["runs"])
 
 
 def test_paper_first_round_is_the_documented_difference():
