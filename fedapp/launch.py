@@ -77,6 +77,18 @@ def _processes() -> list[tuple[int, int, str]]:
     return out
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (a SuperLink's SuperExec runs in a session of its own)."""
+    children: dict[int, list[int]] = {}
+    for p, ppid, _ in _processes():
+        children.setdefault(ppid, []).append(p)
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo += children.get(tree[-1], [])
+    return tree
+
+
 def _has_env(pid: int, marker: str) -> bool:
     try:
         return marker.encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")

@@ -26,8 +26,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
+
+from fedapp.launch import process_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "deployment.md"
@@ -81,18 +82,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def tree(pid: int) -> list[int]:
-    children = defaultdict(list)
-    for line in subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout.splitlines():
-        p, pp = map(int, line.split())
-        children[pp].append(p)
-    out, todo = [], [pid]
-    while todo:
-        out.append(todo.pop())
-        todo += children[out[-1]]
-    return out
 
 
 class Check:
@@ -161,7 +150,7 @@ class Check:
 
     def stop(self, name: str, sig: int = signal.SIGTERM, grace: float = 20) -> None:
         proc = self.procs.pop(name)
-        pids = tree(proc.pid) if proc.poll() is None else []
+        pids = process_tree(proc.pid) if proc.poll() is None else []
         for p in pids:
             try:
                 os.kill(p, sig)

@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import torch
 
 from fedapp.client_app import app, load_state
 from fedapp.config import parse_run_config
+from fedapp.launch import process_tree
 from fedapp.local import InProcessGrid, run_local
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,20 +43,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (the SuperLink's SuperExec runs in a session of its own)."""
-    children = defaultdict(list)
-    for line in subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout.splitlines():
-        p, pp = map(int, line.split())
-        children[pp].append(p)
-    tree, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        tree.append(p)
-        todo += children[p]
-    return tree
 
 
 def alive(pid: int) -> bool:

@@ -34,6 +34,23 @@ def wait_listening(port: int, timeout: float = 30.0) -> None:
             time.sleep(0.1)
 
 
+def start_behind_proxy(fed: Federation, tmp_path, public: int, names, superlink_args=()) -> None:
+    """Credentials for ``names``, a TLS SuperLink with SuperNode authentication on loopback, and the
+    Fleet-only proxy (scripts/fleet_proxy.py) in front of it on port ``public``; returns once both listen."""
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "make_credentials.py"), str(fed.creds), *names],
+                   check=True, capture_output=True)
+    fed.start("superlink", [
+        "flower-superlink", "--ssl-ca-certfile", str(fed.creds / "ca.crt"),
+        "--ssl-certfile", str(fed.creds / "server.pem"), "--ssl-keyfile", str(fed.creds / "server.key"),
+        "--enable-supernode-auth", *superlink_args, "--host", "127.0.0.1", "--port", str(fed.port)])
+    (tmp_path / "proxy").mkdir()
+    fed.start("proxy", [sys.executable, str(ROOT / "scripts" / "fleet_proxy.py"), "--listen",
+                        f"127.0.0.1:{public}", "--superlink", f"127.0.0.1:{fed.port}", "--creds",
+                        str(fed.creds), "--workdir", str(tmp_path / "proxy")])
+    fed.wait_for("superlink", "Uvicorn running on https://")
+    wait_listening(public)
+
+
 def test_stranger_cannot_reach_the_control_api(tmp_path):
     fed = Federation(tmp_path)
     public = free_port()
@@ -43,19 +60,7 @@ def test_stranger_cannot_reach_the_control_api(tmp_path):
         f'[superlink]\ndefault = "public"\n\n[superlink.public]\naddress = "127.0.0.1:{public}"\n'
         f'root-certificates = "{fed.creds / "ca.crt"}"\n')
     try:
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "make_credentials.py"), str(fed.creds),
-                        *SITES, "stranger"], check=True, capture_output=True)
-        fed.start("superlink", [
-            "flower-superlink", "--ssl-ca-certfile", str(fed.creds / "ca.crt"),
-            "--ssl-certfile", str(fed.creds / "server.pem"), "--ssl-keyfile", str(fed.creds / "server.key"),
-            "--enable-supernode-auth", "--disable-runtime-dependency-installation", "--host", "127.0.0.1",
-            "--port", str(fed.port)])
-        (tmp_path / "proxy").mkdir()
-        fed.start("proxy", [sys.executable, str(ROOT / "scripts" / "fleet_proxy.py"), "--listen",
-                            f"127.0.0.1:{public}", "--superlink", f"127.0.0.1:{fed.port}", "--creds",
-                            str(fed.creds), "--workdir", str(tmp_path / "proxy")])
-        fed.wait_for("superlink", "Uvicorn running on https://")
-        wait_listening(public)
+        start_behind_proxy(fed, tmp_path, public, [*SITES, "stranger"], ["--disable-runtime-dependency-installation"])
         with ThreadPoolExecutor(len(SITES)) as pool:  # the operator, on the SuperLink's machine: its loopback
             list(pool.map(lambda s: fed.flwr("supernode", "register", str(fed.creds / f"{s}.pub"), "sites"), SITES))
         for pid, site in enumerate(SITES):

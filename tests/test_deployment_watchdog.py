@@ -11,8 +11,9 @@ import time
 import pytest
 
 from fedapp import watchdog
-from test_deployment import ROOT, Federation, alive, free_port, process_tree, run_config, signal_all
-from test_deployment_proxy import NGINX, wait_listening
+from fedapp.launch import process_tree
+from test_deployment import Federation, alive, free_port, run_config, signal_all
+from test_deployment_proxy import NGINX, start_behind_proxy
 
 SITES = ("site-0", "site-1")
 #: seconds from the SuperLink's SIGTERM until every ClientApp process is gone (docs/deployment.md):
@@ -40,18 +41,7 @@ def test_clientapps_end_after_superlink_stop(tmp_path):
     fed = Federation(tmp_path)
     public = free_port()
     try:
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "make_credentials.py"), str(fed.creds), *SITES],
-                       check=True, capture_output=True)
-        fed.start("superlink", [
-            "flower-superlink", "--ssl-ca-certfile", str(fed.creds / "ca.crt"),
-            "--ssl-certfile", str(fed.creds / "server.pem"), "--ssl-keyfile", str(fed.creds / "server.key"),
-            "--enable-supernode-auth", "--host", "127.0.0.1", "--port", str(fed.port)])
-        (tmp_path / "proxy").mkdir()
-        fed.start("proxy", [sys.executable, str(ROOT / "scripts" / "fleet_proxy.py"), "--listen",
-                            f"127.0.0.1:{public}", "--superlink", f"127.0.0.1:{fed.port}", "--creds",
-                            str(fed.creds), "--workdir", str(tmp_path / "proxy")])
-        fed.wait_for("superlink", "Uvicorn running on https://")
-        wait_listening(public)
+        start_behind_proxy(fed, tmp_path, public, SITES)
         for site in SITES:
             fed.flwr("supernode", "register", str(fed.creds / f"{site}.pub"), "sites")
         for pid, site in enumerate(SITES):
