@@ -159,13 +159,11 @@ class FedClient:
         d = self.data
         classes = self.eval_classes()
 
-        def run(x, y, classes):
+        def run(x, y, unmasked=False):
             return evaluate(self.model, x, y, mean=d.mean, std=d.std, device=self.device, classes=classes,
-                            mask=self.cfg.eval_label_mask)
+                            mask=self.cfg.eval_label_mask, unmasked=unmasked)
 
-        out = run(d.test_x, d.test_y, classes)
-        if classes is not None:
-            out.update({f"unmasked-{k}": v for k, v in run(d.test_x, d.test_y, None).items()})
+        out = run(d.test_x, d.test_y, unmasked=True)
         if d.val_y is not None and len(d.val_y):
-            out.update({f"val-{k}": v for k, v in run(d.val_x, d.val_y, classes).items()})
+            out.update({f"val-{k}": v for k, v in run(d.val_x, d.val_y).items()})
         return out

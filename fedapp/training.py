@@ -11,7 +11,8 @@ from fedapp.data import prepare
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, mean=(), std=(),
              device: torch.device | str = "cpu", batch_size: int = 1024,
-             classes: torch.Tensor | None = None, mask: str = "exclude") -> dict[str, float]:
+             classes: torch.Tensor | None = None, mask: str = "exclude",
+             unmasked: bool = False) -> dict[str, float]:
     """Summed-then-averaged loss and accuracy of ``model`` on (x, y).
 
     ``classes`` masks labels (run config ``eval-label-mask``; PeFLL, Table 6). ``mask =
@@ -21,20 +22,26 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, mean=(
     counted wrong (the masked argmax cannot reach it) and its loss is the ordinary, unmasked
     cross-entropy (the masked one would be infinite). ``mask = "zero"``: the logits are multiplied
     by the 0/1 presence vector (the PeFLL authors' code), and argmax and loss use those.
-    ``None`` or an empty ``classes``: no masking.
+    ``None`` or an empty ``classes``: no masking. ``unmasked`` with ``classes`` given: also the unmasked
+    ``unmasked-loss``, ``unmasked-accuracy`` and ``unmasked-num-examples``, from the same forward passes.
     """
     model.eval()
     n = len(y)
+    unmasked = unmasked and classes is not None
     if n == 0:
-        return {"loss": 0.0, "accuracy": 0.0, "num-examples": 0}
+        empty = {"loss": 0.0, "accuracy": 0.0, "num-examples": 0}
+        return {**empty, **({f"unmasked-{k}": v for k, v in empty.items()} if unmasked else {})}
     mask_on = classes is not None and len(classes) > 0
     keep = None  # bool over the model's classes, built once the number of logits is known
-    loss = correct = 0.0
+    loss = correct = raw_loss = raw_correct = 0.0
     for i in range(0, n, batch_size):
         xb = prepare(x[i:i + batch_size].to(device), mean, std)
         yb = y[i:i + batch_size].to(device).long()
         out = model(xb)
         ce = F.cross_entropy(out, yb, reduction="none")
+        if unmasked:
+            raw_loss += ce.sum().item()
+            raw_correct += (out.argmax(1) == yb).sum().item()
         if mask_on:
             if keep is None:
                 keep = torch.zeros(out.shape[1], dtype=torch.bool, device=out.device)
@@ -47,4 +54,8 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, mean=(
                 ce = torch.where(keep[yb], F.cross_entropy(out, yb, reduction="none"), ce)
         loss += ce.sum().item()
         correct += (out.argmax(1) == yb).sum().item()
-    return {"loss": loss / n, "accuracy": correct / n, "num-examples": n}
+    metrics = {"loss": loss / n, "accuracy": correct / n, "num-examples": n}
+    if unmasked:
+        metrics.update({"unmasked-loss": raw_loss / n, "unmasked-accuracy": raw_correct / n,
+                        "unmasked-num-examples": n})
+    return metrics
