@@ -49,3 +49,18 @@ def test_spilled_client_state_gives_the_same_run(small_config, tmp_path):
         assert not any(n.startswith("state.") for n in ctx.state.array_records)
         assert ctx.state["spilled-state"]["path"].startswith(str(tmp_path / "spill"))
     assert len(list((tmp_path / "spill").glob("*.pt"))) == 4
+
+
+def test_evaluation_batches_of_128_on_cpu_with_the_same_numbers():
+    from fedapp.training import evaluate
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 5))
+    x, y = torch.randn(300, 3, 2, 2), torch.randint(0, 5, (300,))
+    sizes = []
+    model.register_forward_hook(lambda _m, inputs, _out: sizes.append(len(inputs[0])))
+    m = evaluate(model, x, y)
+    assert sizes == [128, 128, 44]
+    one = evaluate(model, x, y, batch_size=300)
+    assert m["accuracy"] == one["accuracy"] and m["num-examples"] == 300
+    assert abs(m["loss"] - one["loss"]) < 1e-6
