@@ -1,0 +1,50 @@
+"""The claims files of the four papers keep the format DEVELOPERS.md gives, and FedALS's claim
+builder averages only the seeds on which both methods completed."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+KEYS = {"id", "claim", "paper", "ours", "reference_code", "seeds", "holds", "setting", "command"}
+
+
+@pytest.mark.parametrize("paper", ["fedsmoo", "fedals", "pefll", "hcct"])
+def test_claims_file_format(paper):
+    claims = json.loads((ROOT / "docs/results" / f"{paper}.claims.json").read_text())
+    assert isinstance(claims, list) and claims
+    assert len({c["id"] for c in claims}) == len(claims)
+    for c in claims:
+        assert KEYS <= set(c), (c["id"], KEYS - set(c))
+        assert isinstance(c["holds"], bool) and isinstance(c["seeds"], list)
+        assert isinstance(c["ours"], dict)
+        assert c["reference_code"] is None or isinstance(c["reference_code"], dict)
+        # a claim against the authors' code alone has no paper number; it must then have the code's
+        assert isinstance(c["paper"], dict) or (c["paper"] is None and isinstance(c["reference_code"], dict))
+        assert (ROOT / c["setting"]).exists(), c["setting"]
+
+
+def fedals_claims():
+    spec = importlib.util.spec_from_file_location("fedals_claims", ROOT / "simulations/fedals/claims.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fedals_long_claim_averages_the_seeds_both_methods_completed():
+    claims = fedals_claims()
+    run = lambda method, seed, acc, rounds=400: (f"{method}-seed={seed}",  # noqa: E731
+                                                 {"method": method, "seed": seed, "rounds": rounds, "acc-last5": acc})
+    runs = dict([run("fedavg", 0, 0.30), run("fedals", 0, 0.22), run("fedavg", 1, 0.40), run("fedals", 1, 0.36),
+                 run("fedavg", 2, 0.90), run("fedals", 2, 0.10, rounds=399)])  # seed 2: FedALS did not finish
+    tuning = {"winner": {"fedavg": {"lr": 0.02}, "fedals": {"lr": 0.01}}}
+    c = claims.long_claim(runs, tuning)
+    assert c["seeds"] == [0, 1]
+    assert c["ours"]["fedavg"] == 0.35 and c["ours"]["fedals"] == 0.29
+    assert c["ours"]["per-seed"] == {"fedavg": [0.30, 0.40], "fedals": [0.22, 0.36]}
+    assert c["holds"] is False and c["lr"] == {"fedavg": 0.02, "fedals": 0.01}
+    runs.update(dict([run("fedals", 0, 0.50)]))
+    assert claims.long_claim(runs, tuning)["holds"] is True
+    assert claims.long_claim({k: v for k, v in runs.items() if "fedavg" in k}, tuning) is None
