@@ -1,11 +1,16 @@
 """The performance shortcuts change nothing but speed: fast array decoding, the gather-based
-crop, per-process client data, and client state spilled to disk."""
+crop, per-process client data, and client state spilled to disk; Ray's workers keep the run's
+priority."""
+
+import importlib
+import os
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from flwr.app import Array, ArrayRecord
 
+import fedapp.client_app
 from fedapp.client_app import app
 from fedapp.data.loader import PAD, crop_flip
 from fedapp.local import InProcessGrid, run_local
@@ -49,3 +54,15 @@ def test_spilled_client_state_gives_the_same_run(small_config, tmp_path):
         assert not any(n.startswith("state.") for n in ctx.state.array_records)
         assert ctx.state["spilled-state"]["path"].startswith(str(tmp_path / "spill"))
     assert len(list((tmp_path / "spill").glob("*.pt"))) == 4
+
+
+def test_ray_workers_keep_the_priority_of_the_run(monkeypatch):
+    """Ray would start the simulated clients at nice 15; the ClientApp module, which the simulation
+    process imports before it starts Ray, asks for the run's own priority unless the user set one."""
+    for user, expected in ((None, "0"), ("7", "7")):
+        if user is None:
+            monkeypatch.delenv("RAY_worker_niceness", raising=False)
+        else:
+            monkeypatch.setenv("RAY_worker_niceness", user)
+        importlib.reload(fedapp.client_app)
+        assert os.environ["RAY_worker_niceness"] == expected
