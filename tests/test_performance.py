@@ -4,6 +4,9 @@ priority."""
 
 import importlib
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -15,6 +18,8 @@ from fedapp.client_app import app
 from fedapp.data.loader import PAD, crop_flip
 from fedapp.local import InProcessGrid, run_local
 from fedapp.records import array_numpy
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_array_numpy_equals_flower_decoding():
@@ -66,3 +71,14 @@ def test_ray_workers_keep_the_priority_of_the_run(monkeypatch):
             monkeypatch.setenv("RAY_worker_niceness", user)
         importlib.reload(fedapp.client_app)
         assert os.environ["RAY_worker_niceness"] == expected
+
+
+def test_a_client_process_does_not_load_the_superlink():
+    """What a Ray worker loads for a message (the ClientApp, the run config with every algorithm's
+    keys, the algorithm's client) leaves out flwr.superlink, which only a server needs."""
+    code = ("import sys, fedapp.client_app\nfrom fedapp import registry\nfrom fedapp.config import parse_run_config\n"
+            "registry.get(parse_run_config({'strategy': 'pefll', 'model': 'lenet'}).strategy)\n"
+            "print(sorted(m for m in sys.modules if m.startswith('flwr.superlink')))")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[-2] == "[]"
