@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -82,3 +83,28 @@ def test_a_client_process_does_not_load_the_superlink():
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
                          capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[-2] == "[]"
+
+
+def test_reply_polling_waits_at_most_20_ms_in_a_simulation_and_100_ms_over_http(monkeypatch):
+    """Flower's grids sleep 0.1 s (simulation) or 3 s (HTTP) between pulls; the strategies poll
+    from 10 ms up to 20 ms in memory (PeFLL makes three exchanges a step) and 0.1 s over HTTP."""
+    from flwr.superlink.grid import HttpGrid, InMemoryGrid
+
+    from strategies import base
+
+    for grid_type, longest in ((InMemoryGrid, 0.02), (HttpGrid, 0.1)):
+        class Slow(grid_type):  # the reply arrives at the 12th pull
+            def __init__(self):
+                self.pulls = 0
+
+            def push_messages(self, messages):
+                return ["m1"]
+
+            def pull_messages(self, ids):
+                self.pulls += 1
+                return [] if self.pulls < 12 else [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id="m1"))]
+
+        waits = []
+        monkeypatch.setattr(base.time, "sleep", waits.append)
+        assert len(base.send_and_receive(Slow(), ["a message"], timeout=None)) == 1
+        assert waits == [min(0.01 * 2 ** i, longest) for i in range(11)]
