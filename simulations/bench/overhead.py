@@ -27,6 +27,7 @@ import json
 import multiprocessing as mp
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -126,21 +127,20 @@ def inprocess_rounds(cfg: dict, rounds: int, threads: int) -> list[float]:
     return [r["train-seconds"] for r in strategy.history if r["round"] > 1]
 
 
-def flwr_run_as_before(cfg: dict) -> dict:
-    """`flwr run` as it was before this benchmark's changes: Ray's workers at nice 15, and the
-    launcher querying the run's status with a `flwr ls` process every second."""
-    from fedapp import launch
+def flwr_run_as_before(cfg: dict, tree: str) -> dict:
+    """``common.flwr_run`` of the app in ``tree``, a checkout of the code before the overhead
+    changes (fedapp, strategies, clients from there; Ray's default worker niceness)."""
+    code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import common\n"
+            f"sys.path.insert(0, {tree!r})\n"
+            f"r = common.flwr_run(json.loads(sys.argv[1]), port_base=39690); r.pop('rows'); print(json.dumps(r))")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_worker_niceness"}
+    env["PYTHONPATH"] = tree
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(cfg)], env=env, capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
-    every, os.environ["RAY_worker_niceness"] = launch.STATUS_EVERY, "15"
-    launch.STATUS_EVERY = 1.0
-    try:
-        return flwr_run(cfg)
-    finally:
-        launch.STATUS_EVERY = every
-        os.environ["RAY_worker_niceness"] = "0"
 
-
-def measure(strategy: str, rounds: int, local: int | None = None, before: bool = False) -> dict:
+def measure(strategy: str, rounds: int, local: int | None = None, before: str | None = None) -> dict:
     cfg = {**SETTINGS[strategy], "num-server-rounds": rounds, "eval-every": rounds}
     if local:
         cfg.update({"local-steps": local, "pefll.k": local})
@@ -148,7 +148,7 @@ def measure(strategy: str, rounds: int, local: int | None = None, before: bool =
     floor_before = {layout: floor_rounds(cfg, plan, layout) for layout in ("2p", "2t")}
     inproc = {threads: inprocess_rounds(cfg, rounds, threads) for threads in (1, 2)}
     run = flwr_run(cfg)
-    old = flwr_run_as_before(cfg) if before else None
+    old = flwr_run_as_before(cfg, before) if before else None
     floor_after = {layout: floor_rounds(cfg, plan, layout) for layout in ("2p", "2t")}
     floors = {k: statistics.median(floor_before[k] + floor_after[k]) for k in floor_before}
     layout = min(floors, key=floors.get)
@@ -185,9 +185,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--strategies", default="fedavg,pefll")
     p.add_argument("--rounds", type=int, help="rounds of every run (default: 10 FedAvg, 12 PeFLL; --quick 5, 6)")
     p.add_argument("--local-steps", type=int, help="local SGD steps instead of 50 (a smoke test)")
-    p.add_argument("--before", action="store_true",
-                   help="also `flwr run` as before the overhead changes (Ray workers at nice 15, status polled "
-                        "every second): before_* fields")
+    p.add_argument("--before", metavar="TREE",
+                   help="also `flwr run` the app of TREE, a checkout of the code before the overhead changes "
+                        "(e.g. git worktree add /tmp/before <commit>): before_* fields")
     p.add_argument("--out", help="also append the JSON lines to this file")
     a = p.parse_args(argv)
     for strategy in a.strategies.split(","):
