@@ -115,26 +115,36 @@ class Monitor(threading.Thread):
                 self.round_at.append(time.time())
 
 
-def flwr_run(cfg: dict, num_cpus: int = 1, num_gpus: float = 0.0, port_base: int = 39590) -> dict:
+def flwr_run(cfg: dict, num_cpus: int = 1, num_gpus: float = 0.0, port_base: int = 39590,
+             timeout: float = 3000) -> dict:
     """One `flwr run` through fedapp.launch; returns wall time, per-round seconds (wall and
-    the process tree's CPU), peak memory and the rows."""
-    from fedapp.launch import launch
+    the process tree's CPU), peak memory and the rows. A run stopped at ``timeout`` s returns
+    the rounds it finished, with ``"stopped": True``."""
+    from fedapp.launch import RunStopped, launch
 
     with tempfile.TemporaryDirectory(prefix="fedapp-bench-") as tmp:
         cfg = {**cfg, "results-dir": f"{tmp}/results", "run-name": "bench"}
         mon = Monitor(tmp, Path(tmp) / "results/bench/rounds.json")
         mon.start()
         t0 = time.time()
+        stopped = False
         try:
             status = launch(run_config_str(cfg), home=Path(tmp) / "flwr-home", port_base=port_base,
-                            num_cpus=num_cpus, num_gpus=num_gpus, stream=False, timeout=3000)
+                            num_cpus=num_cpus, num_gpus=num_gpus, stream=False, timeout=timeout)
+        except RunStopped as stop:  # timed out: the rounds so far count
+            if stop.exit_code != 124:
+                raise
+            status, stopped = None, True
         finally:
             mon.done.set()
             mon.join()
         wall = time.time() - t0
-        if status["status"] != "finished:completed":
+        if not stopped and status["status"] != "finished:completed":
             raise RuntimeError(f"run failed: {status}")
-        rows = json.loads((Path(tmp) / "results/bench/rounds.json").read_text())["rounds"]
+        try:
+            rows = json.loads((Path(tmp) / "results/bench/rounds.json").read_text())["rounds"]
+        except OSError:  # stopped before its first round
+            rows = [{"round": 0, "wall-time": 0.0}]
     train = [r["train-seconds"] for r in rows if r["round"] > 0]
     cpu = [b - a for a, b in zip(mon.round_cpu, mon.round_cpu[1:])]  # rounds 1.., as sampled
     return {"wall": wall, "train": train, "cpu": cpu, "in-rounds": rows[-1]["wall-time"],
@@ -143,4 +153,4 @@ def flwr_run(cfg: dict, num_cpus: int = 1, num_gpus: float = 0.0, port_base: int
             "worker-nice": sorted(mon.worker_nice),
             "peak-mib": mon.peak_rss / 2**20,
             # launch -> first round and last round -> exit: Ray and SuperLink start/stop, discovery
-            "outside-rounds": wall - rows[-1]["wall-time"], "rows": rows}
+            "outside-rounds": wall - rows[-1]["wall-time"], "rows": rows, "stopped": stopped}

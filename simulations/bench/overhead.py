@@ -51,6 +51,8 @@ SETTINGS = {
 }
 ROUNDS = {"fedavg": 10, "pefll": 12}
 QUICK_ROUNDS = {"fedavg": 5, "pefll": 6}
+#: seconds a `--before` run may take before it is stopped (its finished rounds still count)
+BEFORE_TIMEOUT = 300.0
 
 
 def floor_plan(cfg: dict, rounds: int) -> list[list[int]]:
@@ -127,12 +129,14 @@ def inprocess_rounds(cfg: dict, rounds: int, threads: int) -> list[float]:
     return [r["train-seconds"] for r in strategy.history if r["round"] > 1]
 
 
-def flwr_run_as_before(cfg: dict, tree: str) -> dict:
+def flwr_run_as_before(cfg: dict, tree: str, timeout: float) -> dict:
     """``common.flwr_run`` of the app in ``tree``, a checkout of the code before the overhead
-    changes (fedapp, strategies, clients from there; Ray's default worker niceness)."""
+    changes (fedapp, strategies, clients from there; Ray's default worker niceness), stopped
+    after ``timeout`` s (on a loaded machine its workers at nice 15 may hardly run)."""
     code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import common\n"
             f"sys.path.insert(0, {tree!r})\n"
-            f"r = common.flwr_run(json.loads(sys.argv[1]), port_base=39690); r.pop('rows'); print(json.dumps(r))")
+            f"r = common.flwr_run(json.loads(sys.argv[1]), port_base=39690, timeout={timeout})\n"
+            "r.pop('rows'); print(json.dumps(r))")
     env = {k: v for k, v in os.environ.items() if k != "RAY_worker_niceness"}
     env["PYTHONPATH"] = tree
     out = subprocess.run([sys.executable, "-c", code, json.dumps(cfg)], env=env, capture_output=True, text=True,
@@ -148,15 +152,18 @@ def measure(strategy: str, rounds: int, local: int | None = None, before: str | 
     floor_before = {layout: floor_rounds(cfg, plan, layout) for layout in ("2p", "2t")}
     inproc = {threads: inprocess_rounds(cfg, rounds, threads) for threads in (1, 2)}
     run = flwr_run(cfg)
-    old = flwr_run_as_before(cfg, before) if before else None
+    old = flwr_run_as_before(cfg, before, BEFORE_TIMEOUT) if before else None
     floor_after = {layout: floor_rounds(cfg, plan, layout) for layout in ("2p", "2t")}
     floors = {k: statistics.median(floor_before[k] + floor_after[k]) for k in floor_before}
     layout = min(floors, key=floors.get)
     out = row(strategy, cfg, floors[layout], layout, floor_before, floor_after, inproc, run)
     if old is not None:
-        out.update(before_flwr_run_round_s=statistics.median(old["train"][1:]), before_startup_s=old["to-first-round"],
-                   before_flwr_run_ratio=statistics.median(old["train"][1:]) / floors[layout],
-                   before_flwr_run_rounds=old["train"], before_worker_nice=old["worker-nice"])
+        steady = old["train"][1:]
+        out.update(before_flwr_run_round_s=statistics.median(steady) if steady else None,
+                   before_startup_s=old["to-first-round"],
+                   before_flwr_run_ratio=statistics.median(steady) / floors[layout] if steady else None,
+                   before_flwr_run_rounds=old["train"], before_worker_nice=old["worker-nice"],
+                   before_stopped_after_s=BEFORE_TIMEOUT if old["stopped"] else None)
     return out
 
 
