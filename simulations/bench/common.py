@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-# The benchmark settings of issue 8: CIFAR-10, LeNet, 20 clients, 50 steps of 32, 10 rounds.
+# Benchmark 1 of docs/performance.md: CIFAR-10, LeNet, 20 clients, 50 steps of 32, 10 rounds.
 BASE = {"dataset": "cifar10", "partition": "iid", "model": "lenet", "num-clients": 20, "local-steps": 50,
         "batch-size": 32, "num-server-rounds": 10, "eval-every": 10, "device": "cpu"}
 
