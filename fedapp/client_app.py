@@ -18,6 +18,7 @@ context keeps a reference to it.
 from __future__ import annotations
 
 import io
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -34,6 +35,12 @@ from fedapp.models import build_model
 from fedapp.records import Payload, from_record, make_content, payload_of
 from fedapp.results import atomic_write
 from fedapp.watchdog import superlink_watchdog_mod
+
+# Ray starts its workers at nice 15 (RAY_worker_niceness): beside any other busy process the
+# simulated clients then get a few per cent of a core, and a round takes many times its compute.
+# The simulation process imports this module before it starts Ray, so with 0 the workers keep
+# the priority of the run that started them, unless the user chose another.
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 STATE_PREFIX = "state."
 SPILLED = "spilled-state"  # ConfigRecord {"path": file} when the committed state is only on disk

@@ -68,6 +68,26 @@ def run_status(run_id: str, env: dict) -> dict:
     return json.loads(out.stdout)["runs"][0]
 
 
+#: seconds between status queries while the run's log stream is open
+STATUS_EVERY = 30.0
+
+
+def wait_for_status(run_id: str, env: dict, log: subprocess.Popen, deadline: float | None) -> dict:
+    """The run's status once its log stream ended (the SuperLink ends it when the run has
+    finished), or after ``STATUS_EVERY`` s, or at ``deadline``. Each status query is a `flwr ls`
+    process, about 1.5 s of CPU for its imports: asked every second, as before, it took most
+    of a core from the run it watched."""
+    if log.poll() is None:
+        wait = STATUS_EVERY if deadline is None else min(STATUS_EVERY, max(0.0, deadline - time.time()))
+        try:
+            log.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            pass
+    else:  # the stream is gone before the run finished: ask every second
+        time.sleep(1.0)
+    return run_status(run_id, env)
+
+
 def _processes() -> list[tuple[int, int, str]]:
     rows = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
     out = []
@@ -237,10 +257,9 @@ def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, 
                                stdout=None if stream else subprocess.DEVNULL, stderr=subprocess.STDOUT)
         deadline = None if timeout is None else time.time() + timeout
         try:
-            while (status := run_status(run_id, env))["status"].split(":")[0] != "finished":
+            while (status := wait_for_status(run_id, env, log, deadline))["status"].split(":")[0] != "finished":
                 if deadline is not None and time.time() > deadline:
                     raise TimeoutError
-                time.sleep(1.0)
         except (KeyboardInterrupt, TimeoutError) as why:
             timed_out = isinstance(why, TimeoutError)
             # a second Ctrl-C must not cut the cleanup short and orphan the simulation again
@@ -259,7 +278,10 @@ def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, 
             stopped = RunStopped(f"run {run_id} {what}: stopped it and its processes; the results so far "
                                  f"are in {folder or 'its results folder'}", status, 124 if timed_out else 130)
         else:
-            time.sleep(1.0)  # let the log stream print the last lines
+            try:  # the log stream ends with the run: let it print the last lines
+                log.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
             status["results"] = str(folder) if folder else None
             return status
     finally:

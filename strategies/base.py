@@ -29,7 +29,6 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
 from flwr.serverapp.strategy.multikrum import select_multikrum
-from flwr.superlink.grid import HttpGrid, InMemoryGrid
 
 from fedapp.config import ConfigError, Key, RunConfig
 from fedapp.data import Dataset
@@ -69,13 +68,30 @@ def spec_of(payload: Mapping[str, Tensors]) -> Spec:
     return {name: {k: (tuple(v.shape), v.dtype) for k, v in t.items()} for name, t in payload.items()}
 
 
+def flower_grids() -> tuple[type, type]:
+    """Flower's HTTP grid (deployments) and in-memory grid (simulations). Imported when a server
+    needs them: ``flwr.superlink`` brings the SuperLink's state machinery (about 0.9 s of CPU),
+    which every ClientApp process would otherwise load, as parsing a run config imports this module."""
+    from flwr.superlink.grid import HttpGrid, InMemoryGrid
+
+    return HttpGrid, InMemoryGrid
+
+
+#: longest wait between two pulls of replies: a simulation's in-memory grid answers a pull from this
+#: process's memory, a deployment's HTTP grid with a request to the SuperLink
+PULL_WAIT = {"memory": 0.02, "http": 0.1}
+
+
 def send_and_receive(grid: Grid, msgs: list[Message], timeout: float | None) -> list[Message]:
     """``grid.send_and_receive`` with a short poll: Flower's grids sleep between pulls (3 s for
     the HTTP grid of a deployment, 0.1 s for a simulation's in-memory grid), which rounds every
-    exchange up to a multiple of that. The wait doubles from 10 ms to 0.1 s, so a reply is
-    seen at most 0.1 s late for a few pulls per second."""
-    if not isinstance(grid, (HttpGrid, InMemoryGrid)):  # InProcessGrid answers without sleeping
+    exchange up to a multiple of that. The wait doubles from 10 ms to ``PULL_WAIT`` (20 ms in a
+    simulation, where PeFLL's three exchanges a step would each wait up to 0.1 s more; 0.1 s
+    over HTTP), so a reply is seen at most that late."""
+    http, memory = flower_grids()
+    if not isinstance(grid, (http, memory)):  # InProcessGrid answers without sleeping
         return list(grid.send_and_receive(msgs, timeout=timeout))
+    longest = PULL_WAIT["memory" if isinstance(grid, memory) else "http"]
     pending = set(grid.push_messages(msgs))
     end = None if timeout is None else time.time() + timeout
     replies: list[Message] = []
@@ -87,7 +103,7 @@ def send_and_receive(grid: Grid, msgs: list[Message], timeout: float | None) -> 
         if not pending or (end is not None and time.time() >= end):
             return replies
         time.sleep(wait)
-        wait = min(2 * wait, 0.1)
+        wait = min(2 * wait, longest)
 
 
 def weighted_mean(states: list[Tensors], weights: Iterable[float]) -> Tensors:
@@ -554,7 +570,7 @@ class FedStrategy(Strategy):
         """Run all rounds; each round's row goes to ``writer`` as soon as it is complete."""
         num_rounds = num_rounds or self.cfg.num_server_rounds
         self.results_path = writer.path if writer is not None else None
-        if isinstance(grid, InMemoryGrid):
+        if isinstance(grid, flower_grids()[1]):
             # a simulation's ServerApp shares the cores with the Ray workers: a second torch
             # thread only spins against them (aggregation took 2/3 of the process's time)
             torch.set_num_threads(1)

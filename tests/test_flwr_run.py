@@ -11,18 +11,25 @@ from pathlib import Path
 
 import pytest
 
+from fedapp import launch as launcher
 from fedapp.config import ConfigError
-from fedapp.launch import (BIN, LAUNCH_ID, RunStopped, flwr_env, launch, launched_processes,
+from fedapp.launch import (BIN, LAUNCH_ID, RunStopped, flwr_env, launch, launched_processes, run_status,
                            stop_local_superlink)
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_flwr_run_simulation_completes_and_writes_results(tmp_path):
+def test_flwr_run_simulation_completes_and_writes_results(tmp_path, monkeypatch):
     results = tmp_path / "results"
+    queries = []  # each status query is a `flwr ls` process (seconds of CPU beside the run)
+    monkeypatch.setattr(launcher, "run_status", lambda *a: queries.append(time.time()) or run_status(*a))
+    t0 = time.time()
     status = launch(f"num-server-rounds=2 num-clients=4 local-steps=5 results-dir='{results}' run-name='r'",
                     home=tmp_path / "flwr-home", port_base=39390, stream=False, timeout=300)
     assert status["status"] == "finished:completed"
+    # the launcher waits on the run's log stream, which ends with the run: one query at the end, and
+    # one every STATUS_EVERY s before it, not one a second
+    assert 1 <= len(queries) <= 1 + (queries[-1] - t0) / launcher.STATUS_EVERY
     doc = json.loads((results / "r" / "rounds.json").read_text())
     assert [r["round"] for r in doc["rounds"]] == [0, 1, 2]
     assert doc["rounds"][-1]["replies"] == 4

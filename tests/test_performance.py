@@ -1,15 +1,26 @@
 """The performance shortcuts change nothing but speed: fast array decoding, the gather-based
-crop, per-process client data, and client state spilled to disk."""
+crop, per-process client data, and client state spilled to disk; Ray's workers keep the run's
+priority."""
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from flwr.app import Array, ArrayRecord
 
+import fedapp.client_app
 from fedapp.client_app import app
 from fedapp.data.loader import PAD, crop_flip
 from fedapp.local import InProcessGrid, run_local
 from fedapp.records import array_numpy
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_array_numpy_equals_flower_decoding():
@@ -64,3 +75,51 @@ def test_evaluation_batches_of_128_on_cpu_with_the_same_numbers():
     one = evaluate(model, x, y, batch_size=300)
     assert m["accuracy"] == one["accuracy"] and m["num-examples"] == 300
     assert abs(m["loss"] - one["loss"]) < 1e-6
+
+
+def test_ray_workers_keep_the_priority_of_the_run(monkeypatch):
+    """Ray would start the simulated clients at nice 15; the ClientApp module, which the simulation
+    process imports before it starts Ray, asks for the run's own priority unless the user set one."""
+    for user, expected in ((None, "0"), ("7", "7")):
+        if user is None:
+            monkeypatch.delenv("RAY_worker_niceness", raising=False)
+        else:
+            monkeypatch.setenv("RAY_worker_niceness", user)
+        importlib.reload(fedapp.client_app)
+        assert os.environ["RAY_worker_niceness"] == expected
+
+
+def test_a_client_process_does_not_load_the_superlink():
+    """What a Ray worker loads for a message (the ClientApp, the run config with every algorithm's
+    keys, the algorithm's client) leaves out flwr.superlink, which only a server needs."""
+    code = ("import sys, fedapp.client_app\nfrom fedapp import registry\nfrom fedapp.config import parse_run_config\n"
+            "registry.get(parse_run_config({'strategy': 'pefll', 'model': 'lenet'}).strategy)\n"
+            "print(sorted(m for m in sys.modules if m.startswith('flwr.superlink')))")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[-2] == "[]"
+
+
+def test_reply_polling_waits_at_most_20_ms_in_a_simulation_and_100_ms_over_http(monkeypatch):
+    """Flower's grids sleep 0.1 s (simulation) or 3 s (HTTP) between pulls; the strategies poll
+    from 10 ms up to 20 ms in memory (PeFLL makes three exchanges a step) and 0.1 s over HTTP."""
+    from flwr.superlink.grid import HttpGrid, InMemoryGrid
+
+    from strategies import base
+
+    for grid_type, longest in ((InMemoryGrid, 0.02), (HttpGrid, 0.1)):
+        class Slow(grid_type):  # the reply arrives at the 12th pull
+            def __init__(self):
+                self.pulls = 0
+
+            def push_messages(self, messages):
+                return ["m1"]
+
+            def pull_messages(self, ids):
+                self.pulls += 1
+                return [] if self.pulls < 12 else [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id="m1"))]
+
+        waits = []
+        monkeypatch.setattr(base.time, "sleep", waits.append)
+        assert len(base.send_and_receive(Slow(), ["a message"], timeout=None)) == 1
+        assert waits == [min(0.01 * 2 ** i, longest) for i in range(11)]

@@ -1,6 +1,6 @@
 """Benchmarks 1 and 2: seconds per round through `flwr run` (Ray) against the floor.
 
-Runs the issue-8 setting (CIFAR-10, LeNet, 20 clients, 50 steps of 32, 10 rounds) for one
+Runs benchmark 1 (CIFAR-10, LeNet, 20 clients, 50 steps of 32, 10 rounds) for one
 strategy ``--repeats`` times, then once more with 1 local step to get the fixed cost per
 client message. Seconds per round are the median of rounds 2..R ``train-seconds`` of each
 run (round 1 also pays each Ray worker's first import of torch models and data);

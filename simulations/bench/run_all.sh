@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# All issue-8 benchmarks in sequence, one JSON line per measurement to $OUT.
+# All benchmarks of docs/performance.md in sequence, one JSON line per measurement to $OUT.
 # ROUNDS/REPEATS shrink the run for a loaded machine (the numbers in docs/performance.md say
-# which were used); the defaults are the issue's settings.
+# which were used); the defaults are the benchmarks' full settings.
 set -uo pipefail
 cd "$(dirname "$0")"
 . ../../.venv/bin/activate
