@@ -101,6 +101,7 @@ def test_paper_configs_hold_the_papers_values(path):
     cifar10 = cfg.dataset == "cifar10"
     assert (cfg.batch_size, cfg.local_epochs) == ((50, 5) if cifar10 else (20, 2))
     assert (cfg.lr, cfg.lr_decay, cfg.weight_decay, cfg.grad_clip, cfg.model) == (0.1, 0.998, 1e-3, 10.0, "resnet18gn")
+    assert cfg.data_augment and cfg.augment_recipe == "fl-simulator"  # the simulator's, the text is silent
     assert cfg.partition in ("dirichlet-hsu", "pathological-hsu") and cfg.num_server_rounds == 800
     assert (cfg.num_clients, cfg.fraction_train) in ((100, 0.1), (200, 0.05))
     v = cfg.as_dict()
