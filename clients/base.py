@@ -61,7 +61,7 @@ class FedClient:
         self.generator.manual_seed(seed)
         d = self.data
         return BatchLoader(d.train_x, d.train_y, self.cfg.batch_size, device=self.device, mean=d.mean,
-                           std=d.std, augment=d.augment, generator=self.generator)
+                           std=d.std, augment=d.augment, generator=self.generator, recipe=self.cfg.augment_recipe)
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(self.model(x), y)

@@ -122,6 +122,10 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("partition-sigma", float, 1.0, "Half-normal scale (shards-halfnormal, quantity-halfnormal).", low=0.0, low_open=True),
     Key("data-augment", bool, True, "Random crop + flip in local training where it is the dataset's recipe (CIFAR); "
         "false trains on the images as they are (PeFLL's and pFedHN's code)."),
+    Key("augment-recipe", str, "standard", "With data-augment: 'standard' shifts every image by the random "
+        "4-pixel pad-and-crop (black border) and flips half (torchvision's RandomCrop + RandomHorizontalFlip); "
+        "'fl-simulator' flips half, then pads-and-crops half, padded after normalisation (mean-colour border), "
+        "as FedSMOO's authors' simulator.", ("standard", "fl-simulator")),
     Key("unseen-fraction", float, 0.0, "Share of clients held out as new clients that never train.", low=0.0, high=0.9),
     Key("test-fraction", float, 0.2, "Share of each client's data kept as its local test split.", low=0.0, high=0.99),
     Key("model", str, "mlp", "Model name; input shape and class count follow the dataset.", _models),

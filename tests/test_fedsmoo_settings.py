@@ -101,6 +101,7 @@ def test_paper_configs_hold_the_papers_values(path):
     cifar10 = cfg.dataset == "cifar10"
     assert (cfg.batch_size, cfg.local_epochs) == ((50, 5) if cifar10 else (20, 2))
     assert (cfg.lr, cfg.lr_decay, cfg.weight_decay, cfg.grad_clip, cfg.model) == (0.1, 0.998, 1e-3, 10.0, "resnet18gn")
+    assert cfg.data_augment and cfg.augment_recipe == "fl-simulator"  # the simulator's, the text is silent
     assert cfg.partition in ("dirichlet-hsu", "pathological-hsu") and cfg.num_server_rounds == 800
     assert (cfg.num_clients, cfg.fraction_train) in ((100, 0.1), (200, 0.05))
     v = cfg.as_dict()
@@ -129,3 +130,38 @@ def test_reduced_columns_differ_only_in_the_partition():
 def test_bad_settings_name_the_key(key, value):
     with pytest.raises(ConfigError, match=f"'{key}'"):
         parse_run_config({"strategy": key.split(".")[0] if "." in key else "fedavg", key: value})
+
+
+def test_fl_simulator_augmentation_flips_half_shifts_half_with_a_mean_colour_border():
+    """``augment-recipe = "fl-simulator"``: the simulator's ``Dataset.__getitem__`` flips with p 0.5, then
+    with p 0.5 zero-pads the *normalised* image by 4 (the mean colour) and crops 32x32 at a random offset;
+    "standard" shifts every image, padding the raw image (black). Expected images are built by hand from
+    the loader's draws (order, offsets, flips, then the simulator's p = 0.5 crop coin)."""
+    from fedapp.data import BatchLoader
+
+    n = 400
+    x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
+    m, s = torch.tensor(mean).view(3, 1, 1), torch.tensor(std).view(3, 1, 1)
+    normalised = (x.float() / 255 - m) / s
+    for recipe, fill in [("fl-simulator", torch.zeros(3)), ("standard", -m.view(3) / s.view(3))]:
+        out, _ = next(iter(BatchLoader(x, torch.zeros(n, dtype=torch.long), n, device="cpu", mean=mean, std=std,
+                                       augment=True, recipe=recipe, generator=torch.Generator().manual_seed(0))))
+        g = torch.Generator().manual_seed(0)
+        perm = torch.randperm(n, generator=g)
+        offsets = torch.randint(0, 9, (2, n), generator=g)
+        flip = torch.rand(n, generator=g) < 0.5
+        kept = torch.rand(n, generator=g) < 0.5 if recipe == "fl-simulator" else torch.zeros(n, dtype=torch.bool)
+        offsets[:, kept] = 4
+        padded = fill.view(1, 3, 1, 1).expand(n, 3, 40, 40).clone()
+        padded[:, :, 4:36, 4:36] = normalised[perm]
+        for i in range(n):
+            oy, ox = offsets[:, i].tolist()
+            want = padded[i, :, oy:oy + 32, ox:ox + 32]
+            want = want.flip(2) if flip[i] else want
+            assert torch.allclose(out[i], want, atol=1e-5), (recipe, i)
+        unshifted = int(((offsets[0] == 4) & (offsets[1] == 4)).sum())
+        if recipe == "fl-simulator":
+            assert 160 < int(kept.sum()) < 240 and unshifted >= int(kept.sum())  # about half not shifted
+        else:
+            assert unshifted < 20  # only the centre offset, 1 in 81

@@ -53,6 +53,10 @@ class BatchLoader:
 
     All randomness (order, crop offsets, flips) comes from ``generator``, so a seeded generator
     reproduces the stream; without one, a generator is seeded from torch's global RNG.
+
+    Augmentation ``recipe``: "standard" is torchvision's RandomCrop(32, padding=4) + RandomHorizontalFlip
+    (every image shifted, black border); "fl-simulator" is FedSMOO's authors' simulator (flip with p 0.5,
+    then with p 0.5 the pad-and-crop, padded after normalisation, so the border is the mean colour).
     """
 
     def __init__(
@@ -67,12 +71,14 @@ class BatchLoader:
         augment: bool = False,
         generator: torch.Generator | None = None,
         drop_last: bool = False,
+        recipe: str = "standard",
     ) -> None:
         self.device = torch.device(device)
         self.x = x.to(self.device)
         self.y = y.to(self.device)
         self.batch_size = batch_size
         self.augment = augment
+        self.recipe = recipe
         self.drop_last = drop_last
         self.mean = torch.as_tensor(mean, dtype=torch.float32, device=self.device)
         self.std = torch.as_tensor(std, dtype=torch.float32, device=self.device)
@@ -112,9 +118,12 @@ class BatchLoader:
 
     def _batch(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.x[idx]
-        if self.augment:
-            g, k = self.generator, len(idx)
-            offsets = torch.randint(0, 2 * PAD + 1, (2, k), generator=g, device=g.device)
-            flip = torch.rand(k, generator=g, device=g.device) < 0.5
-            x = crop_flip(x, offsets[0], offsets[1], flip)
-        return prepare(x, self.mean, self.std), self.y[idx]
+        if not self.augment:
+            return prepare(x, self.mean, self.std), self.y[idx]
+        g, k = self.generator, len(idx)
+        offsets = torch.randint(0, 2 * PAD + 1, (2, k), generator=g, device=g.device)
+        flip = torch.rand(k, generator=g, device=g.device) < 0.5
+        if self.recipe == "standard":
+            return prepare(crop_flip(x, offsets[0], offsets[1], flip), self.mean, self.std), self.y[idx]
+        offsets[:, torch.rand(k, generator=g, device=g.device) < 0.5] = PAD  # the centre: not shifted
+        return crop_flip(prepare(x, self.mean, self.std), offsets[0], offsets[1], flip), self.y[idx]

@@ -14,6 +14,11 @@ decay, rho, lamb = 1/beta, alpha) and the model: fedapp's ``mlp``, passed as the
 (its own model zoo has no MLP for CIFAR). Shims, all outside the training path: torchvision's MD5 check and
 download are disabled (our converted CIFAR-10 batches), and ``_test_`` evaluates only the test set, every
 ``eval-every`` rounds and after the last (the simulator evaluates train and test sets every round).
+
+Ablations (each removes one difference to fedapp; off by default): ``--sampling fedapp`` replaces the
+simulator's Bernoulli draw by fedapp's (exactly round(ratio x clients), from ``default_rng([seed, 7])`` as
+``FedStrategy.sample``, so the same client sets as fedapp's run of that seed); ``data-augment = false`` in the
+config (or ``--set data-augment=false``) builds the clients' datasets without the simulator's flip and crop.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ def main() -> None:
     p.add_argument("--work", type=Path, default=Path("/tmp/fl_simulator_reduced"))
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--rounds", type=int, help="fewer rounds than the config (smoke runs)")
+    p.add_argument("--sampling", choices=["bernoulli", "fedapp"], default="bernoulli",
+                   help="bernoulli: the simulator's own; fedapp: fedapp's fixed-size draw (same sets)")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides, TOML values")
     a = p.parse_args()
     sys.path[:0] = [str(a.simulator), str(Path(__file__).resolve().parents[2])]
     import numpy as np
@@ -64,6 +72,7 @@ def main() -> None:
 
     with open(a.config, "rb") as f:
         cfg = tomllib.load(f)
+    cfg.update(tomllib.loads("\n".join(a.set)))
     pre = PREFIX[a.method]
     assert cfg["partition"] in RULES and cfg["model"] == "mlp" and cfg["dataset"] == "cifar10"
     rule, coef_key = RULES[cfg["partition"]]
@@ -89,17 +98,26 @@ def main() -> None:
     rows, t0, every = [], time.time(), cfg.get("eval-every", 1)
 
     def test(t, selected):
-        row = {"round": t + 1, "clients": len(selected), "lr": srv.lr, "wall-time": time.time() - t0}
+        row = {"round": t + 1, "clients": len(selected), "selected": [int(i) for i in selected], "lr": srv.lr, "wall-time": time.time() - t0}
         if (t + 1) % every == 0 or t + 1 == args.comm_rounds:
             loss, acc = srv._validate_((data.test_x, data.test_y))
             row.update({"central-loss": float(loss), "central-accuracy": float(acc)})
             print(row, flush=True)
         rows.append(row)
         a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps({"method": a.method, "seed": a.seed, "config": a.config, "rounds": rows,
+        a.out.write_text(json.dumps({"method": a.method, "seed": a.seed, "config": a.config, "set": a.set,
+                                        "sampling": a.sampling, "rounds": rows,
                                         "class-counts": counts}) + "\n")
 
     srv._test_ = test
+    if a.sampling == "fedapp":
+        rng, m = np.random.default_rng([a.seed, 7]), int(round(args.active_ratio * args.total_client))
+        srv._activate_clients_ = lambda t: np.sort(rng.choice(list(range(args.total_client)), size=m, replace=False))
+    if not cfg.get("data-augment", True):
+        sim_dataset = sys.modules["dataset"].Dataset
+        init_ds = sim_dataset.__init__
+        sim_dataset.__init__ = lambda self, x, y=True, train=False, dataset_name="": init_ds(self, x, y, False,
+                                                                                             dataset_name)
     srv.train()
 
 
