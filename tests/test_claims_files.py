@@ -48,3 +48,18 @@ def test_fedals_long_claim_averages_the_seeds_both_methods_completed():
     runs.update(dict([run("fedals", 0, 0.50)]))
     assert claims.long_claim(runs, tuning)["holds"] is True
     assert claims.long_claim({k: v for k, v in runs.items() if "fedavg" in k}, tuning) is None
+
+
+def test_fedals_authors_reference_is_their_last5_at_2000_iterations(tmp_path):
+    claims = fedals_claims()
+    summary = lambda accs, step=100: {"accuracy_per_round": [  # noqa: E731
+        {"iteration": i * step, "test_acc": a} for i, a in enumerate(accs)]}
+    full = [0.1] + [0.0] * 15 + [0.2, 0.3, 0.4, 0.5, 0.6]  # iterations 0..2000 every 100: last five 1600..2000
+    assert claims.authors_last5(summary(full)) == 0.4
+    assert claims.authors_last5(summary(full[:-1])) is None  # stopped at iteration 1900
+    assert claims.authors_reference(tmp_path) is None
+    (tmp_path / claims.AUTHORS_LONG["fedavg"]).write_text(json.dumps(summary(full)))
+    assert claims.authors_reference(tmp_path) is None  # FedALS's summary missing
+    (tmp_path / claims.AUTHORS_LONG["fedals"]).write_text(json.dumps(summary([0.1] * 16 + [0.3] * 5)))
+    ref = claims.authors_reference(tmp_path)
+    assert (ref["fedavg"], ref["fedals"]) == (0.4, 0.3)
