@@ -7,7 +7,7 @@ from flwr.serverapp import Grid
 
 from clients.fedals import FedALSClient, FedALSScaffoldClient, split_model
 from fedapp.config import ConfigError, Key
-from fedapp.records import Tensors, make_content
+from fedapp.records import Tensors
 from strategies.base import FedStrategy, Reply, spec_of
 from strategies.scaffold import Scaffold
 
@@ -45,6 +45,7 @@ class FedALS(FedStrategy):
         Key("nesterov", bool, False, "Nesterov momentum (the paper's Table 4) instead of heavy-ball (the authors' code)."),
     )
     checkpoint_attrs = ("body_round", "body_pids", "client_body")
+    global_model = False  # the clients keep their own bodies between body averages
 
     @classmethod
     def check_config(cls, cfg):
@@ -107,10 +108,9 @@ class FedALS(FedStrategy):
         pool = self.train_pool()
         if self.body_round == server_round and self.body_pids == set(pool):
             return self.global_state
-        contents = {pid: make_content({}, {"server-round": server_round, "partition-id": pid, "collect-body": True})
-                    for pid in pool}
-        replies = self.exchange(grid, self.messages(contents, MessageType.EVALUATE), traffic="eval")
-        valid = self.parse_replies(replies, dict.fromkeys(pool, spec_of({"body": self.body})))
+        spec = spec_of({"body": self.body})
+        valid = self.round_trip(grid, server_round, dict.fromkeys(pool, {}), {"collect-body": True}, lambda pid: spec,
+                                MessageType.EVALUATE, "eval")
         if not valid:
             return self.global_state
         weights = [self.clients[r.pid].num_train if self.weighted else 1.0 for r in valid]

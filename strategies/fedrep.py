@@ -26,6 +26,7 @@ class FedRep(FedStrategy):
         Key("new-head-epochs", int, 0, "Epochs a client without a head trains a fresh one before evaluation "
             "(PeFLL's runs: 20); 0: as head-epochs / head-steps.", low=0),
     )
+    global_model = False  # a shared body; every head stays on its client
 
     def __init__(self, cfg, model, dataset=None):
         super().__init__(cfg, model, dataset)

@@ -10,14 +10,13 @@ from typing import Any
 import numpy as np
 import torch
 from flwr.common.logger import log
-from flwr.app import MessageType
 from flwr.serverapp import Grid
 
 from clients.hcct import HCCTClient, HCCTPClient
 from fedapp.config import ConfigError, Key, RunConfig
 from fedapp.experiment import round_lr
 from fedapp.models import body_head_keys, layer_groups
-from fedapp.records import Tensors, make_content
+from fedapp.records import Tensors
 from strategies.base import FedStrategy, Reply, spec_of, weighted_mean
 
 Group = tuple[int, ...]
@@ -133,6 +132,7 @@ class HCCT(FedStrategy):
             "('same-round').", ("next-round", "same-round")),
     )
     checkpoint_attrs = ("models", "updates", "groups", "group_log")
+    global_model = False  # a model per group
 
     def __init__(self, cfg: RunConfig, model: torch.nn.Module, dataset=None):
         super().__init__(cfg, model, dataset)
@@ -210,12 +210,9 @@ class HCCT(FedStrategy):
         new = [pid for pid in pool if pid not in self.updates]
         if not new or not self.updates:  # round 1 has no one to be placed among
             return
-        cache: dict = {}
-        contents = {pid: make_content(self.records({"arrays": self.init_state}, cache),
-                                      {**self.train_config(pid, 1), "server-round": server_round, "partition-id": pid})
-                    for pid in new}
-        replies = self.exchange(grid, self.messages(contents, MessageType.TRAIN))
-        for r in self.parse_replies(replies, {pid: self.reply_spec(pid, server_round) for pid in new}):
+        replies = self.round_trip(grid, server_round, dict.fromkeys(new, {"arrays": self.init_state}),
+                                  lambda pid: self.train_config(pid, 1), lambda pid: self.reply_spec(pid, server_round))
+        for r in replies:
             self.updates[r.pid] = {k: r.payload["arrays"][k] - self.init_state[k] for k in self.similarity_keys}
             self.models[r.pid] = r.payload["arrays"]
 

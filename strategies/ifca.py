@@ -26,6 +26,7 @@ class IFCA(FedStrategy):
                    Key("identical-init", bool, False, "All k models start from the same initial model (the HCCT "
                        "authors' code); IFCA's paper starts them from distinct initialisations."))
     checkpoint_attrs = ("cluster_models", "choices")
+    global_model = False  # k cluster models
 
     def __init__(self, cfg: RunConfig, model: torch.nn.Module, dataset=None):
         super().__init__(cfg, model, dataset)

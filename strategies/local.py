@@ -11,6 +11,7 @@ class Local(FedStrategy):
     """
 
     config_prefix = "local"
+    global_model = False
 
     def train_pool(self) -> list[int]:
         return sorted(self.clients)
