@@ -1,12 +1,15 @@
 """Shared server machinery for every fedapp strategy.
 
-:class:`FedStrategy` implements Flower's message-based ``Strategy`` and adds what
-all algorithms here need, once: node discovery keyed by ``partition-id``, seeded
-sampling over partition ids, per-client messages, reply validation, byte
-accounting from the records sent, centralised and federated evaluation, per-round
-results and checkpoints. An algorithm subclass overrides only the hooks that carry
-its update rule: ``train_payload``, ``train_config``, ``reply_spec``, ``aggregate``,
-``eval_payload`` and ``central_state`` (and ``fit_round`` for several round trips).
+:class:`FedStrategy` is Flower's message-based ``Strategy``: ``configure_train`` /
+``aggregate_train`` / ``configure_evaluate`` / ``aggregate_evaluate`` as Flower documents them,
+and ``start()`` taking Flower's arguments and returning Flower's ``Result``. It adds the round
+driver all algorithms here need, once: node discovery keyed by ``partition-id``, seeded sampling
+over partition ids, message contents (``contents``), one exchange with byte and drop accounting
+(``exchange``), reply validation (``parse_replies``), ``round_trip`` for rounds of several
+exchanges, centralised and federated evaluation, per-round results and checkpoints. An algorithm
+subclass overrides only the hooks that carry its update rule: ``train_payload``, ``train_config``,
+``reply_spec``, ``aggregate``, ``eval_payload`` and ``central_state`` (and ``fit_round`` /
+``evaluate_round`` for several round trips, built from ``round_trip``).
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from contextlib import contextmanager
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from logging import INFO, WARNING
 from pathlib import Path
@@ -29,8 +32,8 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
-from flwr.serverapp.strategy.multikrum import select_multikrum
 
+from fedapp.aggregation import coordinate_wise, krum_select, weighted_mean
 from fedapp.config import ConfigError, Key, RunConfig
 from fedapp.data import Dataset
 from fedapp.experiment import round_lr, unseen_clients
@@ -111,38 +114,6 @@ def send_and_receive(grid: Grid, msgs: list[Message], timeout: float | None) -> 
             return replies
         time.sleep(wait)
         wait = min(2 * wait, longest)
-
-
-def weighted_mean(states: list[Tensors], weights: Iterable[float]) -> Tensors:
-    """Sum_i w_i * state_i / Sum_i w_i, key by key, keeping each tensor's dtype."""
-    w = torch.tensor(list(weights), dtype=torch.float64)
-    w = (w / w.sum()).tolist()
-    out = {}
-    for k, ref in states[0].items():
-        # accumulated in place: stacking every reply in float64 costs replies x model memory
-        mean = torch.zeros(ref.shape, dtype=torch.float64)
-        for wi, s in zip(w, states):
-            mean.add_(s[k], alpha=wi)
-        out[k] = mean.round().to(ref.dtype) if not ref.is_floating_point() else mean.to(ref.dtype)
-    return out
-
-
-def coordinate_wise(states: list[Tensors], combine) -> Tensors:
-    """``combine`` (a function of a (replies, ...) float64 array, reducing axis 0) key by key,
-    keeping each tensor's dtype."""
-    out = {}
-    for k, ref in states[0].items():
-        value = torch.from_numpy(np.asarray(combine(np.stack([s[k].double().numpy() for s in states]))))
-        out[k] = value.round().to(ref.dtype) if not ref.is_floating_point() else value.to(ref.dtype)
-    return out
-
-
-def krum_select(states: list[Tensors], f: int, m: int) -> list[int]:
-    """Indices of the m states (Multi-)Krum selects with f attackers assumed (Flower's
-    ``select_multikrum``, on float64 copies so that huge updates do not overflow)."""
-    contents = [RecordDict({"s": ArrayRecord([s[k].double().numpy() for k in s])}) for s in states]
-    chosen = {id(c) for c in select_multikrum(contents, f, min(m, len(states)))}
-    return [i for i, c in enumerate(contents) if id(c) in chosen]
 
 
 class FedStrategy(Strategy):

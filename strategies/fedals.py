@@ -5,8 +5,9 @@ from __future__ import annotations
 from flwr.app import MessageType
 from flwr.serverapp import Grid
 
-from clients.fedals import FedALSClient, FedALSScaffoldClient, split_model
+from clients.fedals import FedALSClient, FedALSScaffoldClient
 from fedapp.config import ConfigError, Key
+from fedapp.layer_split import split_model
 from fedapp.records import Tensors
 from strategies.base import FedStrategy, Reply, spec_of
 from strategies.scaffold import Scaffold

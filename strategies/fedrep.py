@@ -3,10 +3,11 @@
 from typing import Any
 
 from clients.fedrep import FedRepClient
+from fedapp.aggregation import weighted_mean
 from fedapp.config import Key
 from fedapp.experiment import round_lr
 from fedapp.models import body_head_keys
-from strategies.base import FedStrategy, spec_of, weighted_mean
+from strategies.base import FedStrategy, spec_of
 
 
 class FedRep(FedStrategy):

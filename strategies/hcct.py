@@ -13,11 +13,12 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from clients.hcct import HCCTClient, HCCTPClient
+from fedapp.aggregation import weighted_mean
 from fedapp.config import ConfigError, Key, RunConfig
 from fedapp.experiment import round_lr
 from fedapp.models import body_head_keys, layer_groups
 from fedapp.records import Tensors
-from strategies.base import FedStrategy, Reply, spec_of, weighted_mean
+from strategies.base import FedStrategy, Reply, spec_of
 
 Group = tuple[int, ...]
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import torch
 
 from clients.ifca import IFCAClient
+from fedapp.aggregation import weighted_mean
 from fedapp.config import Key, RunConfig
 from fedapp.models import build_model
 from fedapp.records import Tensors
-from strategies.base import FedStrategy, Reply, weighted_mean
+from strategies.base import FedStrategy, Reply
 
 
 class IFCA(FedStrategy):

@@ -11,10 +11,11 @@ import torch
 from flwr.app import MessageType
 from flwr.serverapp import Grid
 
-from clients.pefll import EMBEDDINGS, HyperNetwork, PeFLLClient, embedding_network
+from clients.pefll import PeFLLClient
 from fedapp.config import ConfigError, Key
+from fedapp.files import atomic_write
+from fedapp.hypernetworks import EMBEDDINGS, HyperNetwork, embedding_network
 from fedapp.records import Tensors
-from fedapp.results import atomic_write
 from strategies.base import FedStrategy, Reply, Spec, spec_of
 
 
