@@ -398,6 +398,17 @@ class FedStrategy(Strategy):
         return None
 
     # ---- algorithm hooks (FedAvg defaults) ---------------------------------------------
+    def begin_train(self, server_round: int, grid: Grid) -> None:
+        """Work before the round's training messages are built (HCCT groups the clients here);
+        may exchange with the clients through ``round_trip``."""
+
+    def begin_evaluate(self, server_round: int, grid: Grid) -> None:
+        """Work before the evaluation messages are built (FedALS collects the bodies here)."""
+
+    def round_row(self, server_round: int) -> dict[str, Any]:
+        """Entries of the round's results row besides aggregate_train's metrics (HCCT: the groups)."""
+        return {}
+
     def train_payload(self, pid: int, server_round: int) -> Payload | ArrayRecord | dict:
         """Arrays sent to client ``pid`` for training. Return the same object to every
         client when it is shared: it is converted to a record once per round."""
@@ -508,6 +519,7 @@ class FedStrategy(Strategy):
             self.set_global_arrays(arrays)
         if not self.clients:  # Flower's loop does no discovery
             self.discover(grid, wait=self.cfg.node_wait_timeout)
+        self.begin_train(server_round, grid)
         contents = self.train_contents(server_round, config)
         self.expected["train"] = {pid: self.reply_spec(pid, server_round) for pid in contents}
         return self.outgoing(self.messages(contents, MessageType.TRAIN))
@@ -560,6 +572,7 @@ class FedStrategy(Strategy):
             self.set_global_arrays(arrays)
         if not self.clients:
             self.discover(grid, wait=self.cfg.node_wait_timeout)
+        self.begin_evaluate(server_round, grid)
         contents = self.evaluate_contents(server_round, config)
         self.expected["evaluate"] = dict.fromkeys(contents)
         return self.messages(contents, MessageType.EVALUATE)
@@ -607,7 +620,7 @@ class FedStrategy(Strategy):
             msgs = self.configure_train(server_round, None, self.base_config["train"], grid)
         replies = self.exchange(grid, msgs)
         _, metrics = self.aggregate_train(server_round, replies)
-        return dict(metrics or {})
+        return {**dict(metrics or {}), **self.round_row(server_round)}
 
     @contextmanager
     def driving(self):

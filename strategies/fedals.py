@@ -63,7 +63,7 @@ class FedALS(FedStrategy):
         self.body_round = 0  # round of the last body average (0: the initial model)
         self.body_pids: set[int] = set()  # clients whose bodies that average holds
         self.client_body: dict[int, int] = {}  # pid -> body_round of the last body it received
-        self.averaged: Tensors | None = None  # the evaluated model, set by evaluate_round
+        self.averaged: Tensors | None = None  # the evaluated model, set by begin_evaluate
         self.split_views()
 
     def split_views(self) -> None:
@@ -117,13 +117,12 @@ class FedALS(FedStrategy):
         weights = [self.clients[r.pid].num_train if self.weighted else 1.0 for r in valid]
         return {**self.global_state, **self.combine([r.payload["body"] for r in valid], weights)}
 
-    def evaluate_round(self, server_round, grid):
+    def begin_evaluate(self, server_round, grid):
         evaluating = (self.cfg.central_eval and self.dataset is not None) or self.cfg.fraction_evaluate > 0
         self.averaged = self.averaged_model(server_round, grid) if evaluating else None
         if self.averaged is not None:
             self.eval_parts = {"body": {k: self.averaged[k] for k in self.body_keys},
                                "head": {k: self.averaged[k] for k in self.head_keys}}
-        return super().evaluate_round(server_round, grid)
 
     def eval_payload(self, pid, server_round):
         return self.eval_parts

@@ -217,7 +217,8 @@ class HCCT(FedStrategy):
             self.updates[r.pid] = {k: r.payload["arrays"][k] - self.init_state[k] for k in self.similarity_keys}
             self.models[r.pid] = r.payload["arrays"]
 
-    def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]:
+    def begin_train(self, server_round: int, grid: Grid) -> None:
+        """This round's groups and their start models, before the training messages."""
         pool = [pid for pid in self.train_pool() if pid < self.arrived(server_round)]
         if self.places_newcomers_at_once():
             self.probe_newcomers(server_round, grid, pool)
@@ -225,10 +226,9 @@ class HCCT(FedStrategy):
         self.starts = {g: self.group_start(g) for g in self.groups}
         log(INFO, "round %d groups: %s", server_round, [list(g) for g in self.groups])
         self.group_log.append({"round": server_round, "groups": [list(g) for g in self.groups]})
-        row: dict[str, Any] = super().fit_round(server_round, grid)
-        row["groups"] = [list(g) for g in self.groups]
-        row["num-groups"] = len(self.groups)
-        return row
+
+    def round_row(self, server_round: int) -> dict[str, Any]:
+        return {"groups": [list(g) for g in self.groups], "num-groups": len(self.groups)}
 
     def group_of(self, pid: int) -> Group:
         return next(g for g in self.groups if pid in g)
