@@ -37,7 +37,7 @@ def flat(tensors) -> torch.Tensor:
 
 
 def test_start_returns_flower_result(small_config):
-    rc = {**small_config, "num-server-rounds": 3, "fraction-evaluate": 0.5}
+    rc = {**small_config, "num-server-rounds": 2, "fraction-evaluate": 0.5}
     strategy = build_strategy(parse_run_config(rc))
     initial = {k: v + 0.01 if v.is_floating_point() else v for k, v in strategy.global_state.items()}
     seen = []
@@ -47,21 +47,21 @@ def test_start_returns_flower_result(small_config):
         return MetricRecord({"norm": float(flat(from_record(arrays)).norm())})
 
     grid = SpyGrid(app, 4, rc)
-    result = strategy.start(grid, initial_arrays=to_record(initial), num_rounds=2, timeout=7.0,
+    result = strategy.start(grid, initial_arrays=to_record(initial), num_rounds=1, timeout=7.0,
                             train_config=ConfigRecord({"tag": "t"}), evaluate_config=ConfigRecord({"tag": "e"}),
                             evaluate_fn=evaluate_fn)
     assert isinstance(result, Result)
     # num_rounds replaces num-server-rounds; initial_arrays is what round 0 evaluates and round 1 sends
-    assert [r["round"] for r in strategy.history] == [0, 1, 2]
-    assert [r for r, _ in seen] == [0, 1, 2]
+    assert [r["round"] for r in strategy.history] == [0, 1]
+    assert [r for r, _ in seen] == [0, 1]
     assert all(torch.equal(seen[0][1][k], v) for k, v in initial.items())
     final = from_record(result.arrays)
     assert all(torch.equal(final[k], v) for k, v in strategy.global_state.items())
     assert all(torch.equal(seen[-1][1][k], v) for k, v in strategy.global_state.items())
     # the metrics: aggregate_train's, the federated evaluation's and the server side's, per round
-    assert sorted(result.train_metrics_clientapp) == [1, 2]
-    assert sorted(result.evaluate_metrics_clientapp) == [1, 2]
-    assert sorted(result.evaluate_metrics_serverapp) == [0, 1, 2]
+    assert sorted(result.train_metrics_clientapp) == [1]
+    assert sorted(result.evaluate_metrics_clientapp) == [1]
+    assert sorted(result.evaluate_metrics_serverapp) == [0, 1]
     for row in strategy.history[1:]:
         rnd = row["round"]
         assert result.train_metrics_clientapp[rnd]["train-loss"] == row["train-loss"]
@@ -75,10 +75,12 @@ def test_start_returns_flower_result(small_config):
     assert set(grid.timeouts) == {7.0}
     tags = {(t, c.get("tag")) for t, c in grid.configs if t != "query"}
     assert tags == {("train", "t"), ("evaluate", "e")}
-    # without the Flower arguments the run is the run config's: 3 rounds from the strategy's own model
+    # without the Flower arguments the run is the run config's: 2 rounds, the round-timeout
     plain = build_strategy(parse_run_config(rc))
-    assert isinstance(plain.start(SpyGrid(app, 4, rc)), Result)
-    assert [r["round"] for r in plain.history] == [0, 1, 2, 3]
+    grid = SpyGrid(app, 4, rc)
+    assert isinstance(plain.start(grid), Result)
+    assert [r["round"] for r in plain.history] == [0, 1, 2]
+    assert set(grid.timeouts) == {plain.cfg.round_timeout} != {7.0}
 
 
 def server_state(strategy) -> list[dict[str, torch.Tensor]]:
