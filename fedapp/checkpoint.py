@@ -78,7 +78,6 @@ def _restore(current: Any, saved: Any) -> Any:
 
 def save(strategy, path: Path, server_round: int) -> None:
     """Write the strategy's state after ``server_round`` to ``path`` atomically."""
-
     doc = {
         "round": server_round,
         "strategy": strategy.cfg.strategy,
