@@ -7,8 +7,9 @@ driver all algorithms here need, once: node discovery keyed by ``partition-id``,
 over partition ids, message contents (``contents``), one exchange with byte and drop accounting
 (``exchange``), reply validation (``parse_replies``), ``round_trip`` for rounds of several
 exchanges, centralised and federated evaluation, per-round results and checkpoints. An algorithm
-subclass overrides only the hooks that carry its update rule: ``train_payload``, ``train_config``,
-``reply_spec``, ``aggregate``, ``eval_payload`` and ``central_state`` (and ``fit_round`` /
+subclass overrides only the hooks that carry its update rule: ``broadcast_payload`` /
+``client_payload``, ``train_config``, ``reply_spec``, ``aggregate``, ``eval_broadcast`` /
+``eval_client_payload`` and ``central_state`` (and ``fit_round`` /
 ``evaluate_round`` for several round trips, built from ``round_trip``).
 """
 
@@ -409,10 +410,17 @@ class FedStrategy(Strategy):
         """Entries of the round's results row besides aggregate_train's metrics (HCCT: the groups)."""
         return {}
 
-    def train_payload(self, pid: int, server_round: int) -> Payload | ArrayRecord | dict:
-        """Arrays sent to client ``pid`` for training. Return the same object to every
-        client when it is shared: it is converted to a record once per round."""
+    def broadcast_payload(self, server_round: int) -> Payload:
+        """Arrays every sampled client receives for training (converted to records once)."""
         return {"arrays": self.global_state}
+
+    def client_payload(self, pid: int, server_round: int) -> Payload:
+        """Arrays client ``pid`` receives for training besides the broadcast ones."""
+        return {}
+
+    def train_payload(self, pid: int, server_round: int) -> Payload:
+        """Everything client ``pid`` receives for training: the broadcast and its own arrays."""
+        return {**self.broadcast_payload(server_round), **self.client_payload(pid, server_round)}
 
     def train_config(self, pid: int, server_round: int) -> dict[str, Any]:
         return {"lr": round_lr(self.cfg, server_round)}
@@ -426,9 +434,13 @@ class FedStrategy(Strategy):
         weights = [r.num_examples if self.weighted else 1.0 for r in replies]
         self.global_state = self.combine([r.payload["arrays"] for r in replies], weights)
 
-    def eval_payload(self, pid: int, server_round: int) -> Payload | dict:
-        """Arrays a client evaluates on its local test split."""
+    def eval_broadcast(self, server_round: int) -> Payload:
+        """Arrays every client of the evaluation receives (converted once): what it evaluates."""
         return {"arrays": self.global_state}
+
+    def eval_client_payload(self, pid: int, server_round: int) -> Payload:
+        """Arrays client ``pid`` receives for evaluation besides the broadcast ones."""
+        return {}
 
     def central_state(self) -> Tensors | None:
         """The model evaluated on the global test set; None when there is no single model."""
@@ -444,7 +456,8 @@ class FedStrategy(Strategy):
                 for pid, c in contents.items()]
 
     def records(self, payload: Mapping, cache: dict) -> dict[str, ArrayRecord]:
-        """ArrayRecords of a payload; an object shared by several clients is converted once."""
+        """ArrayRecords of a payload; an object in several clients' payloads (FedALS's body, HCCT's
+        group models) is converted once per exchange."""
         out = {}
         for name, tensors in payload.items():
             if id(tensors) not in cache:
@@ -455,28 +468,31 @@ class FedStrategy(Strategy):
             out[name] = cache[id(tensors)][1]
         return out
 
-    def contents(self, server_round: int, payloads: Mapping[int, Mapping], config: Mapping | Callable[[int], Mapping]
-                 ) -> dict[int, RecordDict]:
-        """One message content per partition id: its payload's records (an object shared by several
-        clients converted once) and ``config`` (or ``config(pid)``) with ``server-round`` and
-        ``partition-id``."""
+    def contents(self, server_round: int, payloads: Mapping[int, Mapping], config: Mapping | Callable[[int], Mapping],
+                 broadcast: Mapping | None = None) -> dict[int, RecordDict]:
+        """One message content per partition id: the ``broadcast`` records (converted once, the same for
+        every client), then its own payload's records, and ``config`` (or ``config(pid)``) with
+        ``server-round`` and ``partition-id``."""
         cache: dict = {}
+        common = self.records(broadcast or {}, cache)
         per_client = config if callable(config) else lambda pid: config
-        return {pid: make_content(self.records(payload, cache), {**dict(per_client(pid)), "server-round": server_round,
-                                                                 "partition-id": pid})
+        return {pid: make_content({**common, **self.records(payload, cache)},
+                                  {**dict(per_client(pid)), "server-round": server_round, "partition-id": pid})
                 for pid, payload in payloads.items()}
 
     def round_trip(self, grid: Grid, server_round: int, payloads: Mapping[int, Mapping],
                    config: Mapping | Callable[[int], Mapping], spec: Callable[[int], Spec | None] | None,
-                   message_type: str = MessageType.TRAIN, traffic: str = "train") -> list[Reply]:
+                   message_type: str = MessageType.TRAIN, traffic: str = "train",
+                   broadcast: Mapping | None = None) -> list[Reply]:
         """One exchange with each client in ``payloads``: the messages (``start``'s train or evaluate
-        config below ``config``), bytes and drops counted, and the valid replies, each checked against
+        config below ``config``; ``broadcast``: records every one gets), bytes and drops counted, and the
+        valid replies, each checked against
         ``spec(pid)`` (None: no arrays checked, as for evaluation replies). Every exchange of a round
         beyond Flower's configure/aggregate pair goes through here (PeFLL's phases, pFedHN, FedALS's
         body collection, HCCT's newcomers)."""
         base = self.base_config["train" if message_type == MessageType.TRAIN else "evaluate"]
         per_client = config if callable(config) else lambda pid: config
-        contents = self.contents(server_round, payloads, lambda pid: {**base, **per_client(pid)})
+        contents = self.contents(server_round, payloads, lambda pid: {**base, **per_client(pid)}, broadcast)
         replies = self.exchange(grid, self.messages(contents, message_type), traffic)
         return self.parse_replies(replies, {pid: None if spec is None else spec(pid) for pid in contents})
 
@@ -484,8 +500,9 @@ class FedStrategy(Strategy):
         """One message content per sampled partition id."""
         base = self.base_config["train"] if config is None else config
         pids = self.sample(server_round)
-        return self.contents(server_round, {pid: self.train_payload(pid, server_round) for pid in pids},
-                             lambda pid: {**dict(base), **self.train_config(pid, server_round)})
+        return self.contents(server_round, {pid: self.client_payload(pid, server_round) for pid in pids},
+                             lambda pid: {**dict(base), **self.train_config(pid, server_round)},
+                             self.broadcast_payload(server_round))
 
     # ---- the global model as Flower's ArrayRecord ------------------------------------------
     def global_arrays(self) -> ArrayRecord | None:
@@ -561,7 +578,8 @@ class FedStrategy(Strategy):
             return {}
         base = self.base_config["evaluate"] if config is None else config
         pids = self.sample(server_round, sorted(self.clients), self.cfg.fraction_evaluate)
-        return self.contents(server_round, {pid: self.eval_payload(pid, server_round) for pid in pids}, base)
+        return self.contents(server_round, {pid: self.eval_client_payload(pid, server_round) for pid in pids}, base,
+                             self.eval_broadcast(server_round))
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord | None, config: ConfigRecord | Mapping,
                            grid: Grid) -> list[Message]:

@@ -83,8 +83,11 @@ class FedALS(FedStrategy):
         """Whether ``pid`` gets the global body: only when it is newer than the client's own."""
         return self.client_body.get(pid, -1) < self.body_round
 
-    def train_payload(self, pid, server_round):
-        return {"head": self.head, **({"body": self.body} if self.sends_body(pid) else {})}
+    def broadcast_payload(self, server_round):
+        return {"head": self.head}
+
+    def client_payload(self, pid, server_round):
+        return {"body": self.body} if self.sends_body(pid) else {}
 
     def train_config(self, pid, server_round):
         return {**super().train_config(pid, server_round), "sync-body": self.is_body_round(server_round)}
@@ -124,7 +127,7 @@ class FedALS(FedStrategy):
             self.eval_parts = {"body": {k: self.averaged[k] for k in self.body_keys},
                                "head": {k: self.averaged[k] for k in self.head_keys}}
 
-    def eval_payload(self, pid, server_round):
+    def eval_broadcast(self, server_round):
         return self.eval_parts
 
     def central_state(self):
@@ -165,8 +168,8 @@ class FedALSScaffold(FedALS, Scaffold):
         self.head_control = {k: self.control[k] for k in self.head_params}
         self.full_control = {k: self.control[k] for k in self.body_params + self.head_params}
 
-    def train_payload(self, pid, server_round):
-        payload = super().train_payload(pid, server_round)
+    def client_payload(self, pid, server_round):
+        payload = super().client_payload(pid, server_round)
         payload["control"] = self.full_control if "body" in payload else self.head_control
         return payload
 

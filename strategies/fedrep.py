@@ -36,7 +36,7 @@ class FedRep(FedStrategy):
     def body_state(self):
         return {k: self.global_state[k] for k in self.body}
 
-    def train_payload(self, pid, server_round):
+    def broadcast_payload(self, server_round):
         return {"body": self.body_state()}
 
     def head_config(self, new: bool = False) -> dict[str, int]:
@@ -53,7 +53,7 @@ class FedRep(FedStrategy):
         body = weighted_mean([r.payload["body"] for r in replies], [r.num_examples for r in replies])
         self.global_state = {**self.global_state, **body}
 
-    def eval_payload(self, pid, server_round):
+    def eval_broadcast(self, server_round):
         return {"body": self.body_state()}
 
     def evaluate_contents(self, server_round, config=None):

@@ -47,7 +47,7 @@ class FedSMOO(FedDyn):
         super().__init__(cfg, model, dataset)
         self.perturbation = self.zeros_like_params()
 
-    def train_payload(self, pid, server_round):
+    def broadcast_payload(self, server_round):
         return {"arrays": self.global_state, "perturbation": self.perturbation}
 
     def reply_spec(self, pid, server_round):

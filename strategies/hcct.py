@@ -211,8 +211,8 @@ class HCCT(FedStrategy):
         new = [pid for pid in pool if pid not in self.updates]
         if not new or not self.updates:  # round 1 has no one to be placed among
             return
-        replies = self.round_trip(grid, server_round, dict.fromkeys(new, {"arrays": self.init_state}),
-                                  lambda pid: self.train_config(pid, 1), lambda pid: self.reply_spec(pid, server_round))
+        replies = self.round_trip(grid, server_round, dict.fromkeys(new, {}), lambda pid: self.train_config(pid, 1),
+                                  lambda pid: self.reply_spec(pid, server_round), broadcast={"arrays": self.init_state})
         for r in replies:
             self.updates[r.pid] = {k: r.payload["arrays"][k] - self.init_state[k] for k in self.similarity_keys}
             self.models[r.pid] = r.payload["arrays"]
@@ -234,7 +234,10 @@ class HCCT(FedStrategy):
         return next(g for g in self.groups if pid in g)
 
     # ---- hooks --------------------------------------------------------------------------
-    def train_payload(self, pid: int, server_round: int):
+    def broadcast_payload(self, server_round: int):
+        return {}  # each group trains its own model
+
+    def client_payload(self, pid: int, server_round: int):
         return {"arrays": self.starts[self.group_of(pid)]}  # one object per group: serialised once
 
     def reply_spec(self, pid: int, server_round: int):
@@ -257,7 +260,10 @@ class HCCT(FedStrategy):
     def after_first_updates(self, server_round: int) -> None:
         """Called after every aggregation (HCCT-E picks its similarity layer here)."""
 
-    def eval_payload(self, pid: int, server_round: int):
+    def eval_broadcast(self, server_round: int):
+        return {}
+
+    def eval_client_payload(self, pid: int, server_round: int):
         return {"arrays": self.models.get(pid, self.init_state)}
 
     def central_state(self) -> Tensors | None:

@@ -142,13 +142,13 @@ class PeFLL(FedStrategy):
                     traffic: str = "train") -> dict[int, torch.Tensor]:
         """Phase 1 (or the first half of Algorithm 1 with ``train=False``): v_i per client."""
         eta_v = {k: v.detach() for k, v in self.embed.state_dict().items()}
-        payload = {"eta_v": eta_v}  # one object: serialised once for all clients
         spec = self.descriptor_spec
         if not train:  # an evaluation descriptor comes with the client's training label counts
             classes = self.dataset.num_classes
             spec = lambda pid: {"v": {**self.descriptor_spec(pid)["v"], "hist": ((classes,), torch.int64)}}  # noqa: E731
-        replies = self.round_trip(grid, server_round, dict.fromkeys(pids, payload), self.phase(server_round, "descriptor"),
-                                  spec, MessageType.TRAIN if train else MessageType.EVALUATE, traffic)
+        replies = self.round_trip(grid, server_round, dict.fromkeys(pids, {}), self.phase(server_round, "descriptor"),
+                                  spec, MessageType.TRAIN if train else MessageType.EVALUATE, traffic,
+                                  broadcast={"eta_v": eta_v})
         if not train:  # kept for descriptors.npz
             self.eval_descriptors = {r.pid: r.payload["v"] for r in replies}
         return {r.pid: r.payload["v"]["v"] for r in replies}
