@@ -710,7 +710,7 @@ class FedStrategy(Strategy):
         ``num_rounds`` / ``timeout`` default to the run config's ``num-server-rounds`` /
         ``round-timeout``. fedapp's additions: each round's full row (traffic, drops, timings) goes
         to ``writer`` as soon as it is complete and to ``self.history``; ``start_round`` continues a
-        run restored from a checkpoint."""
+        run restored from a checkpoint (its ``Result`` holds the rounds this call ran)."""
         self.honour(initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn)
         num_rounds = self.cfg.num_server_rounds
         result = Result()
