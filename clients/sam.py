@@ -10,20 +10,8 @@ from __future__ import annotations
 import torch
 
 from clients.base import FedClient
+from fedapp.perturbation import perturbation
 from fedapp.records import Tensors
-
-EPS = 1e-12
-
-
-def global_norm(tensors: Tensors) -> torch.Tensor:
-    """l2 norm over all tensors together, as if flattened into one vector."""
-    return torch.sqrt(sum((t.double() ** 2).sum() for t in tensors.values())).to(next(iter(tensors.values())).dtype)
-
-
-def perturbation(direction: Tensors, rho: float) -> Tensors:
-    """rho * d / (||d|| + eps): the step of length rho along d (zero when rho = 0)."""
-    scale = rho / (global_norm(direction) + EPS)
-    return {k: d * scale for k, d in direction.items()}
 
 
 class SAMClient(FedClient):

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from fedapp.config import ConfigError, RunConfig, defaults
+from fedapp.files import atomic_write
 
 FILENAME = "checkpoint.pt"
 #: base attributes every strategy has; algorithms add theirs with ``checkpoint_attrs``
@@ -77,8 +78,6 @@ def _restore(current: Any, saved: Any) -> Any:
 
 def save(strategy, path: Path, server_round: int) -> None:
     """Write the strategy's state after ``server_round`` to ``path`` atomically."""
-    from fedapp.results import atomic_write  # results.py imports this module
-
     doc = {
         "round": server_round,
         "strategy": strategy.cfg.strategy,

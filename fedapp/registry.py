@@ -10,8 +10,10 @@ import importlib
 import pkgutil
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
-from fedapp.config import Key
+if TYPE_CHECKING:  # config.py looks algorithms up here: no import back at run time
+    from fedapp.config import Key
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import time
 from logging import WARNING
 from pathlib import Path
@@ -20,15 +19,7 @@ from flwr.common.logger import log
 
 from fedapp import checkpoint
 from fedapp.config import RunConfig
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+from fedapp.files import atomic_write
 
 
 def run_dir(cfg: RunConfig) -> Path:

@@ -12,7 +12,6 @@ from flwr.superlink.grid import InMemoryGrid
 from fedapp import checkpoint, preflight, registry
 from fedapp.config import RunConfig
 from fedapp.experiment import dataset, model_for, partitions
-from fedapp.local import InProcessGrid
 from fedapp.results import ResultsWriter
 
 app = ServerApp()
@@ -23,8 +22,9 @@ FINAL_METRICS = ("central-accuracy", "fed-accuracy", "fed-seen-accuracy", "fed-u
 def simulated(grid: Grid) -> bool:
     """Whether the clients run on this machine on partitions of this run config's dataset (a
     simulation), rather than on sites with their own data and devices."""
-    if isinstance(grid, InProcessGrid):
-        return all("num-partitions" in c.node_config for c in grid.contexts.values())
+    contexts = getattr(grid, "contexts", None)  # fedapp.local's InProcessGrid (which imports this module)
+    if contexts is not None:
+        return all("num-partitions" in c.node_config for c in contexts.values())
     return isinstance(grid, InMemoryGrid)
 
 

@@ -1,12 +1,16 @@
 """Shared server machinery for every fedapp strategy.
 
-:class:`FedStrategy` implements Flower's message-based ``Strategy`` and adds what
-all algorithms here need, once: node discovery keyed by ``partition-id``, seeded
-sampling over partition ids, per-client messages, reply validation, byte
-accounting from the records sent, centralised and federated evaluation, per-round
-results and checkpoints. An algorithm subclass overrides only the hooks that carry
-its update rule: ``train_payload``, ``train_config``, ``reply_spec``, ``aggregate``,
-``eval_payload`` and ``central_state`` (and ``fit_round`` for several round trips).
+:class:`FedStrategy` is Flower's message-based ``Strategy``: ``configure_train`` /
+``aggregate_train`` / ``configure_evaluate`` / ``aggregate_evaluate`` as Flower documents them,
+and ``start()`` taking Flower's arguments and returning Flower's ``Result``. It adds the round
+driver all algorithms here need, once: node discovery keyed by ``partition-id``, seeded sampling
+over partition ids, message contents (``contents``), one exchange with byte and drop accounting
+(``exchange``), reply validation (``parse_replies``), ``round_trip`` for rounds of several
+exchanges, centralised and federated evaluation, per-round results and checkpoints. An algorithm
+subclass overrides only the hooks that carry its update rule: ``broadcast_payload`` /
+``client_payload``, ``train_config``, ``reply_spec``, ``aggregate``, ``eval_broadcast`` /
+``eval_client_payload`` and ``central_state`` (and ``fit_round`` /
+``evaluate_round`` for several round trips, built from ``round_trip``).
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import math
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from logging import INFO, WARNING
 from pathlib import Path
@@ -26,14 +31,15 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Strategy
+from flwr.serverapp.strategy import Result, Strategy
 from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
-from flwr.serverapp.strategy.multikrum import select_multikrum
 
+from fedapp.aggregation import coordinate_wise, krum_select, weighted_mean
 from fedapp.config import ConfigError, Key, RunConfig
 from fedapp.data import Dataset
 from fedapp.experiment import round_lr, unseen_clients
-from fedapp.records import Payload, Tensors, array_numpy, content_bytes, from_record, make_content, payload_of
+from fedapp.records import (Payload, Tensors, array_numpy, content_bytes, from_record, make_content, payload_of,
+                             to_record)
 from fedapp.training import evaluate
 
 Spec = dict[str, dict[str, tuple[tuple[int, ...], torch.dtype]]]
@@ -62,6 +68,11 @@ class ClientInfo:
     num_train: int
     num_test: int
     unseen: bool
+
+
+def scalars(metrics: Mapping[str, Any]) -> dict[str, int | float]:
+    """The numeric entries of a row (a MetricRecord holds no dicts or strings)."""
+    return {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def spec_of(payload: Mapping[str, Tensors]) -> Spec:
@@ -106,38 +117,6 @@ def send_and_receive(grid: Grid, msgs: list[Message], timeout: float | None) -> 
         wait = min(2 * wait, longest)
 
 
-def weighted_mean(states: list[Tensors], weights: Iterable[float]) -> Tensors:
-    """Sum_i w_i * state_i / Sum_i w_i, key by key, keeping each tensor's dtype."""
-    w = torch.tensor(list(weights), dtype=torch.float64)
-    w = (w / w.sum()).tolist()
-    out = {}
-    for k, ref in states[0].items():
-        # accumulated in place: stacking every reply in float64 costs replies x model memory
-        mean = torch.zeros(ref.shape, dtype=torch.float64)
-        for wi, s in zip(w, states):
-            mean.add_(s[k], alpha=wi)
-        out[k] = mean.round().to(ref.dtype) if not ref.is_floating_point() else mean.to(ref.dtype)
-    return out
-
-
-def coordinate_wise(states: list[Tensors], combine) -> Tensors:
-    """``combine`` (a function of a (replies, ...) float64 array, reducing axis 0) key by key,
-    keeping each tensor's dtype."""
-    out = {}
-    for k, ref in states[0].items():
-        value = torch.from_numpy(np.asarray(combine(np.stack([s[k].double().numpy() for s in states]))))
-        out[k] = value.round().to(ref.dtype) if not ref.is_floating_point() else value.to(ref.dtype)
-    return out
-
-
-def krum_select(states: list[Tensors], f: int, m: int) -> list[int]:
-    """Indices of the m states (Multi-)Krum selects with f attackers assumed (Flower's
-    ``select_multikrum``, on float64 copies so that huge updates do not overflow)."""
-    contents = [RecordDict({"s": ArrayRecord([s[k].double().numpy() for k in s])}) for s in states]
-    chosen = {id(c) for c in select_multikrum(contents, f, min(m, len(states)))}
-    return [i for i, c in enumerate(contents) if id(c) in chosen]
-
-
 class FedStrategy(Strategy):
     """FedAvg-shaped base: every hook defaults to Federated Averaging.
 
@@ -154,6 +133,10 @@ class FedStrategy(Strategy):
     checkpoint_attrs: ClassVar[tuple[str, ...]] = ()
     #: average replies by example count (False: unweighted means, as FedDyn-style methods use)
     weighted: ClassVar[bool] = True
+    #: the server's state is one global model (``global_state``): Flower's ``arrays`` (``start``'s
+    #: ``initial_arrays``, ``configure_*``'s input, ``aggregate_train``'s output) stand for it. False
+    #: for strategies with several models, personal models or parts of one (IFCA, HCCT, PeFLL, FedRep, ...)
+    global_model: ClassVar[bool] = True
 
     def __init__(self, cfg: RunConfig, model: torch.nn.Module, dataset: Dataset | None = None):
         self.cfg = cfg
@@ -176,6 +159,12 @@ class FedStrategy(Strategy):
         # names this run's client state at the sites (every message carries it); a checkpoint keeps
         # it, so only a run resumed from this one's checkpoint finds that state
         self.run_key = f"{cfg.run_name or cfg.strategy}-{uuid.uuid4().hex[:12]}"
+        #: ``start``'s ``train_config`` / ``evaluate_config``: the base of every message's config
+        self.base_config: dict[str, dict[str, Any]] = {"train": {}, "evaluate": {}}
+        # the partition ids addressed by the last configure_train / configure_evaluate, with the
+        # arrays their replies must carry: aggregate_train / aggregate_evaluate check replies against them
+        self.expected: dict[str, dict[int, Spec | None]] = {"train": {}, "evaluate": {}}
+        self.in_round = False  # inside this class's own fit_round / evaluate_round
 
     @property
     def param_keys(self) -> list[str]:
@@ -410,10 +399,28 @@ class FedStrategy(Strategy):
         return None
 
     # ---- algorithm hooks (FedAvg defaults) ---------------------------------------------
-    def train_payload(self, pid: int, server_round: int) -> Payload | ArrayRecord | dict:
-        """Arrays sent to client ``pid`` for training. Return the same object to every
-        client when it is shared: it is converted to a record once per round."""
+    def begin_train(self, server_round: int, grid: Grid) -> None:
+        """Work before the round's training messages are built (HCCT groups the clients here);
+        may exchange with the clients through ``round_trip``."""
+
+    def begin_evaluate(self, server_round: int, grid: Grid) -> None:
+        """Work before the evaluation messages are built (FedALS collects the bodies here)."""
+
+    def round_row(self, server_round: int) -> dict[str, Any]:
+        """Entries of the round's results row besides aggregate_train's metrics (HCCT: the groups)."""
+        return {}
+
+    def broadcast_payload(self, server_round: int) -> Payload:
+        """Arrays every sampled client receives for training (converted to records once)."""
         return {"arrays": self.global_state}
+
+    def client_payload(self, pid: int, server_round: int) -> Payload:
+        """Arrays client ``pid`` receives for training besides the broadcast ones."""
+        return {}
+
+    def train_payload(self, pid: int, server_round: int) -> Payload:
+        """Everything client ``pid`` receives for training: the broadcast and its own arrays."""
+        return {**self.broadcast_payload(server_round), **self.client_payload(pid, server_round)}
 
     def train_config(self, pid: int, server_round: int) -> dict[str, Any]:
         return {"lr": round_lr(self.cfg, server_round)}
@@ -427,9 +434,13 @@ class FedStrategy(Strategy):
         weights = [r.num_examples if self.weighted else 1.0 for r in replies]
         self.global_state = self.combine([r.payload["arrays"] for r in replies], weights)
 
-    def eval_payload(self, pid: int, server_round: int) -> Payload | dict:
-        """Arrays a client evaluates on its local test split."""
+    def eval_broadcast(self, server_round: int) -> Payload:
+        """Arrays every client of the evaluation receives (converted once): what it evaluates."""
         return {"arrays": self.global_state}
+
+    def eval_client_payload(self, pid: int, server_round: int) -> Payload:
+        """Arrays client ``pid`` receives for evaluation besides the broadcast ones."""
+        return {}
 
     def central_state(self) -> Tensors | None:
         """The model evaluated on the global test set; None when there is no single model."""
@@ -445,7 +456,8 @@ class FedStrategy(Strategy):
                 for pid, c in contents.items()]
 
     def records(self, payload: Mapping, cache: dict) -> dict[str, ArrayRecord]:
-        """ArrayRecords of a payload; an object shared by several clients is converted once."""
+        """ArrayRecords of a payload; an object in several clients' payloads (FedALS's body, HCCT's
+        group models) is converted once per exchange."""
         out = {}
         for name, tensors in payload.items():
             if id(tensors) not in cache:
@@ -456,24 +468,98 @@ class FedStrategy(Strategy):
             out[name] = cache[id(tensors)][1]
         return out
 
+    def contents(self, server_round: int, payloads: Mapping[int, Mapping], config: Mapping | Callable[[int], Mapping],
+                 broadcast: Mapping | None = None) -> dict[int, RecordDict]:
+        """One message content per partition id: the ``broadcast`` records (converted once, the same for
+        every client), then its own payload's records, and ``config`` (or ``config(pid)``) with
+        ``server-round`` and ``partition-id``."""
+        cache: dict = {}
+        common = self.records(broadcast or {}, cache)
+        per_client = config if callable(config) else lambda pid: config
+        return {pid: make_content({**common, **self.records(payload, cache)},
+                                  {**dict(per_client(pid)), "server-round": server_round, "partition-id": pid})
+                for pid, payload in payloads.items()}
+
+    def round_trip(self, grid: Grid, server_round: int, payloads: Mapping[int, Mapping],
+                   config: Mapping | Callable[[int], Mapping], spec: Callable[[int], Spec | None] | None,
+                   message_type: str = MessageType.TRAIN, traffic: str = "train",
+                   broadcast: Mapping | None = None) -> list[Reply]:
+        """One exchange with each client in ``payloads``: the messages (``start``'s train or evaluate
+        config below ``config``; ``broadcast``: records every one gets), bytes and drops counted, and the
+        valid replies, each checked against
+        ``spec(pid)`` (None: no arrays checked, as for evaluation replies). Every exchange of a round
+        beyond Flower's configure/aggregate pair goes through here (PeFLL's phases, pFedHN, FedALS's
+        body collection, HCCT's newcomers)."""
+        base = self.base_config["train" if message_type == MessageType.TRAIN else "evaluate"]
+        per_client = config if callable(config) else lambda pid: config
+        contents = self.contents(server_round, payloads, lambda pid: {**base, **per_client(pid)}, broadcast)
+        replies = self.exchange(grid, self.messages(contents, message_type), traffic)
+        return self.parse_replies(replies, {pid: None if spec is None else spec(pid) for pid in contents})
+
     def train_contents(self, server_round: int, config: Mapping | None = None) -> dict[int, RecordDict]:
         """One message content per sampled partition id."""
-        cache: dict = {}
-        return {pid: make_content(self.records(self.train_payload(pid, server_round), cache),
-                                  {**dict(config or {}), **self.train_config(pid, server_round),
-                                   "server-round": server_round, "partition-id": pid})
-                for pid in self.sample(server_round)}
+        base = self.base_config["train"] if config is None else config
+        pids = self.sample(server_round)
+        return self.contents(server_round, {pid: self.client_payload(pid, server_round) for pid in pids},
+                             lambda pid: {**dict(base), **self.train_config(pid, server_round)},
+                             self.broadcast_payload(server_round))
 
-    def configure_train(self, server_round: int, arrays: ArrayRecord | None, config: ConfigRecord,
+    # ---- the global model as Flower's ArrayRecord ------------------------------------------
+    def global_arrays(self) -> ArrayRecord | None:
+        """The global model as Flower carries it between rounds; None without one (``global_model``)."""
+        return to_record(self.global_state) if self.global_model else None
+
+    def set_global_arrays(self, arrays: ArrayRecord, what: str = "arrays") -> None:
+        """Take ``arrays`` as the global model: the same keys, shapes and dtypes as the strategy's."""
+        name = type(self).__name__
+        if not self.global_model:
+            raise ValueError(f"{name} keeps no single global model, so it cannot take {what}: pass none (or an "
+                             "empty ArrayRecord)")
+        new = from_record(arrays)
+        if list(new) != list(self.global_state):
+            raise ValueError(f"{name}: {what} keys {list(new)} differ from the model's {list(self.global_state)}")
+        for k, v in new.items():
+            ref = self.global_state[k]
+            if v.shape != ref.shape or v.dtype != ref.dtype:
+                raise ValueError(f"{name}: {what} '{k}' is {v.dtype} {tuple(v.shape)}, the model's is "
+                                 f"{ref.dtype} {tuple(ref.shape)}")
+        self.global_state = new
+
+    # ---- Flower Strategy API (single round trip; the driver below uses the same methods) ----
+    def configure_train(self, server_round: int, arrays: ArrayRecord | None, config: ConfigRecord | Mapping,
                         grid: Grid) -> list[Message]:
-        """Flower API: the training messages (the strategy's own state is the model; ``arrays`` is unused)."""
-        return self.messages(self.train_contents(server_round, config), MessageType.TRAIN)
+        """Flower API: the training messages for this round's sample. ``arrays`` (when given and not
+        empty) is taken as the global model first: Flower's loop carries the model there, possibly
+        changed by a wrapper (differential privacy); fedapp's own loop passes None."""
+        self.check_flower_loop("fit_round")
+        if arrays is not None and len(arrays):
+            self.set_global_arrays(arrays)
+        if not self.clients:  # Flower's loop does no discovery
+            self.discover(grid, wait=self.cfg.node_wait_timeout)
+        self.begin_train(server_round, grid)
+        contents = self.train_contents(server_round, config)
+        self.expected["train"] = {pid: self.reply_spec(pid, server_round) for pid in contents}
+        return self.outgoing(self.messages(contents, MessageType.TRAIN))
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message],
-                        expected: Mapping[int, Spec] | None = None) -> tuple[None, MetricRecord | None]:
-        if expected is None:  # called through Flower's API: any known client, full model
-            expected = {pid: self.reply_spec(pid, server_round) for pid in self.clients}
-        valid = self.parse_replies(replies, expected)
+    def check_flower_loop(self, own: str) -> None:
+        """A strategy whose round is more than Flower's configure/aggregate pair (it overrides
+        ``fit_round`` or ``evaluate_round``: several round trips, or work around the exchange) cannot
+        be driven by Flower's ``Strategy.start`` or a wrapper's: say so instead of running a wrong round."""
+        if not self.in_round and getattr(type(self), own) is not getattr(FedStrategy, own):
+            raise RuntimeError(f"{type(self).__name__} has its own {own} (more than one configure/aggregate "
+                               "pair per round), which Flower's Strategy.start cannot drive: run its own start()")
+
+    def outgoing(self, msgs: list[Message]) -> list[Message]:
+        """Note what is sent (the robust screen measures updates against it)."""
+        self.sent, self.references = {msg.metadata.dst_node_id: msg.content for msg in msgs}, {}
+        return msgs
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Flower API: the valid replies to the last ``configure_train`` aggregated by the algorithm's
+        ``aggregate``; returns the new global model (None without one or when the round is skipped)
+        and the round's metrics."""
+        valid = self.parse_replies(replies, self.expected["train"])
         metrics = {"replies": len(valid)}
         if len(valid) < self.cfg.min_train_nodes:
             log(WARNING, "round %d: %d valid replies < min-train-nodes %d: state unchanged",
@@ -485,25 +571,37 @@ class FedStrategy(Strategy):
         for key in ("train-loss",):
             if all(key in r.metrics for r in valid):
                 metrics[key] = sum(r.metrics[key] * r.num_examples for r in valid) / n
-        return None, MetricRecord(metrics)
+        return self.global_arrays(), MetricRecord(metrics)
 
     def evaluate_contents(self, server_round: int, config: Mapping | None = None) -> dict[int, RecordDict]:
         if not self.cfg.fraction_evaluate:
             return {}
-        cache: dict = {}
+        base = self.base_config["evaluate"] if config is None else config
         pids = self.sample(server_round, sorted(self.clients), self.cfg.fraction_evaluate)
-        return {pid: make_content(self.records(self.eval_payload(pid, server_round), cache),
-                                  {**dict(config or {}), "server-round": server_round, "partition-id": pid})
-                for pid in pids}
+        return self.contents(server_round, {pid: self.eval_client_payload(pid, server_round) for pid in pids}, base,
+                             self.eval_broadcast(server_round))
 
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord | None, config: ConfigRecord,
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord | None, config: ConfigRecord | Mapping,
                            grid: Grid) -> list[Message]:
-        return self.messages(self.evaluate_contents(server_round, config), MessageType.EVALUATE)
+        """Flower API: the evaluation messages (``arrays``, when given and not empty, taken as the
+        global model first, as in ``configure_train``)."""
+        self.check_flower_loop("evaluate_round")
+        if arrays is not None and len(arrays):
+            self.set_global_arrays(arrays)
+        if not self.clients:
+            self.discover(grid, wait=self.cfg.node_wait_timeout)
+        self.begin_evaluate(server_round, grid)
+        contents = self.evaluate_contents(server_round, config)
+        self.expected["evaluate"] = dict.fromkeys(contents)
+        return self.messages(contents, MessageType.EVALUATE)
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message],
-                           expected: Mapping[int, None] | None = None) -> MetricRecord | None:
-        """Pooled accuracy/loss over clients, per-client spread, and seen/unseen splits."""
-        valid = self.parse_replies(replies, expected or dict.fromkeys(self.clients))
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        """Flower API: pooled accuracy/loss over the clients of the last ``configure_evaluate``,
+        per-client spread, and seen/unseen splits."""
+        return self.evaluation_metrics(self.parse_replies(replies, self.expected["evaluate"]))
+
+    def evaluation_metrics(self, valid: list[Reply]) -> MetricRecord | None:
+        """Pooled metrics of valid evaluation replies (``fed-*``); their clients in ``client_evals``."""
         self.client_evals = [(r.pid, r.pid in self.unseen, r.metrics) for r in valid]
         if not valid:
             return None
@@ -535,20 +633,30 @@ class FedStrategy(Strategy):
 
     # ---- rounds ----------------------------------------------------------------------
     def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]:
-        """One round of training: configure, exchange, validate, aggregate."""
-        contents = self.train_contents(server_round)
-        replies = self.exchange(grid, self.messages(contents, MessageType.TRAIN))
-        expected = {pid: self.reply_spec(pid, server_round) for pid in contents}
-        _, metrics = self.aggregate_train(server_round, replies, expected)
-        return dict(metrics or {})
+        """One round of training: Flower's configure_train, the exchange, aggregate_train."""
+        with self.driving():
+            msgs = self.configure_train(server_round, None, self.base_config["train"], grid)
+        replies = self.exchange(grid, msgs)
+        _, metrics = self.aggregate_train(server_round, replies)
+        return {**dict(metrics or {}), **self.round_row(server_round)}
+
+    @contextmanager
+    def driving(self):
+        """Marks calls of the Flower API made by this class's own rounds (``check_flower_loop``)."""
+        self.in_round = True
+        try:
+            yield
+        finally:
+            self.in_round = False
 
     def evaluate_round(self, server_round: int, grid: Grid) -> dict[str, float]:
         out: dict[str, Any] = {}
         self.client_evals = []
-        contents = self.evaluate_contents(server_round)
-        if contents:
-            replies = self.exchange(grid, self.messages(contents, MessageType.EVALUATE), traffic="eval")
-            out.update(self.aggregate_evaluate(server_round, replies, {pid: None for pid in contents}) or {})
+        with self.driving():
+            msgs = self.configure_evaluate(server_round, None, self.base_config["evaluate"], grid)
+        if msgs:
+            replies = self.exchange(grid, msgs, traffic="eval")
+            out.update(self.aggregate_evaluate(server_round, replies) or {})
             accuracy = {pid: m["accuracy"] for pid, _, m in self.client_evals if m["num-examples"] > 0}
             if accuracy:  # per partition id
                 out["fed-client-accuracy"] = accuracy
@@ -564,11 +672,48 @@ class FedStrategy(Strategy):
         m = evaluate(self.model, ds.test_x, ds.test_y, mean=ds.mean, std=ds.std)
         return {"central-accuracy": m["accuracy"], "central-loss": m["loss"]}
 
+    def honour(self, initial_arrays: ArrayRecord | None, num_rounds: int | None, timeout: float | None,
+               train_config: Mapping | None, evaluate_config: Mapping | None, evaluate_fn) -> None:
+        """Take ``start``'s Flower arguments: a run length and timeout replace the run config's
+        (``num-server-rounds``, ``round-timeout``), the configs are the base of every message's
+        config, ``initial_arrays`` replaces the initial global model. What a strategy cannot honour
+        (arrays or ``evaluate_fn`` without a single global model) fails here, in one line."""
+        if num_rounds is not None:
+            self.cfg = self.cfg.replace(num_server_rounds=int(num_rounds))
+        if timeout is not None:
+            self.cfg = self.cfg.replace(round_timeout=float(timeout))
+        self.base_config = {"train": dict(train_config or {}), "evaluate": dict(evaluate_config or {})}
+        if initial_arrays is not None and len(initial_arrays):
+            self.set_global_arrays(initial_arrays, "initial_arrays")
+        if evaluate_fn is not None and not self.global_model:
+            raise ValueError(f"{type(self).__name__} keeps no single global model, so start() cannot call "
+                             "evaluate_fn: leave it out (central-eval evaluates what it can)")
+
+    def server_evaluate(self, server_round: int, evaluate_fn, result: Result) -> dict[str, float]:
+        """Flower's ``evaluate_fn(round, arrays)`` on the global model; its metrics go to the
+        result's ServerApp-side metrics and to the round's row as ``server-<name>``."""
+        if evaluate_fn is None:
+            return {}
+        metrics = evaluate_fn(server_round, self.global_arrays())
+        if metrics is None:
+            return {}
+        result.evaluate_metrics_serverapp.setdefault(server_round, MetricRecord()).update(metrics)
+        return {f"server-{k}": v for k, v in metrics.items()}
+
     def start(self, grid: Grid, initial_arrays: ArrayRecord | None = None, num_rounds: int | None = None,
-              timeout: float | None = None, train_config=None, evaluate_config=None, evaluate_fn=None,
-              writer=None, start_round: int = 1) -> list[dict[str, Any]]:
-        """Run all rounds; each round's row goes to ``writer`` as soon as it is complete."""
-        num_rounds = num_rounds or self.cfg.num_server_rounds
+              timeout: float | None = None, train_config: ConfigRecord | None = None,
+              evaluate_config: ConfigRecord | None = None, evaluate_fn=None, writer=None,
+              start_round: int = 1) -> Result:
+        """Flower's ``Strategy.start``: run all rounds and return Flower's ``Result`` (the final global
+        model, when there is one, and the rounds' metrics: aggregate_train's, the federated
+        evaluation's ``fed-*``, and the server side's ``central-*`` and ``evaluate_fn``'s).
+        ``num_rounds`` / ``timeout`` default to the run config's ``num-server-rounds`` /
+        ``round-timeout``. fedapp's additions: each round's full row (traffic, drops, timings) goes
+        to ``writer`` as soon as it is complete and to ``self.history``; ``start_round`` continues a
+        run restored from a checkpoint (its ``Result`` holds the rounds this call ran)."""
+        self.honour(initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn)
+        num_rounds = self.cfg.num_server_rounds
+        result = Result()
         self.results_path = writer.path if writer is not None else None
         if isinstance(grid, flower_grids()[1]):
             # a simulation's ServerApp shares the cores with the Ray workers: a second torch
@@ -584,13 +729,16 @@ class FedStrategy(Strategy):
         t_start = time.time() - (self.history[-1]["wall-time"] if self.history else 0.0)
         if start_round == 1:
             row = {"round": 0, **self.evaluate_central(), "wall-time": 0.0}
-            self._record(row, writer)
+            row.update(self.server_evaluate(0, evaluate_fn, result))
+            self._record(row, writer, result)
         for rnd in range(start_round, num_rounds + 1):
             t0 = time.time()
             self.traffic.clear()
             self.dropped.clear()
             self.discover(grid)  # nodes that joined since the last round
-            row: dict[str, Any] = {"round": rnd, **self.fit_round(rnd, grid)}
+            fit = self.fit_round(rnd, grid)
+            result.train_metrics_clientapp[rnd] = MetricRecord(scalars(fit))
+            row: dict[str, Any] = {"round": rnd, **fit}
             row["train-seconds"] = time.time() - t0
             if rnd == start_round and row.get("replies") == 0 and self.dropped and all(
                     reason.startswith("client-error") for reason in self.dropped):
@@ -600,6 +748,7 @@ class FedStrategy(Strategy):
                                    + "; ".join(sorted(self.dropped)))
             if rnd % self.cfg.eval_every == 0 or rnd == num_rounds:
                 row.update(self.evaluate_round(rnd, grid))
+            row.update(self.server_evaluate(rnd, evaluate_fn, result))
             self.totals.update(self.traffic)
             row.update(self.traffic)
             row.update({f"total-{k}": v for k, v in self.totals.items()})
@@ -607,11 +756,20 @@ class FedStrategy(Strategy):
             row["dropped-reasons"] = dict(self.dropped)
             row["round-seconds"] = time.time() - t0
             row["wall-time"] = time.time() - t_start
-            self._record(row, writer)
-        return self.history
+            self._record(row, writer, result)
+        arrays = self.global_arrays()
+        if arrays is not None:
+            result.arrays = arrays
+        return result
 
-    def _record(self, row: dict[str, Any], writer) -> None:
+    def _record(self, row: dict[str, Any], writer, result: Result | None = None) -> None:
         self.history.append(row)
+        if result is not None:  # the evaluations of the row in Flower's result
+            for prefix, into in (("fed-", result.evaluate_metrics_clientapp),
+                                 ("central-", result.evaluate_metrics_serverapp)):
+                metrics = scalars({k: v for k, v in row.items() if k.startswith(prefix)})
+                if metrics:
+                    into.setdefault(row["round"], MetricRecord()).update(metrics)
         parts = [f"round {row['round']}/{self.cfg.num_server_rounds}"]
         if row["round"] and row.get("wall-time"):  # elapsed, and the rest at the mean pace so far
             left = row["wall-time"] / row["round"] * (self.cfg.num_server_rounds - row["round"])

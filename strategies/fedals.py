@@ -5,9 +5,10 @@ from __future__ import annotations
 from flwr.app import MessageType
 from flwr.serverapp import Grid
 
-from clients.fedals import FedALSClient, FedALSScaffoldClient, split_model
+from clients.fedals import FedALSClient, FedALSScaffoldClient
 from fedapp.config import ConfigError, Key
-from fedapp.records import Tensors, make_content
+from fedapp.layer_split import split_model
+from fedapp.records import Tensors
 from strategies.base import FedStrategy, Reply, spec_of
 from strategies.scaffold import Scaffold
 
@@ -45,6 +46,7 @@ class FedALS(FedStrategy):
         Key("nesterov", bool, False, "Nesterov momentum (the paper's Table 4) instead of heavy-ball (the authors' code)."),
     )
     checkpoint_attrs = ("body_round", "body_pids", "client_body")
+    global_model = False  # the clients keep their own bodies between body averages
 
     @classmethod
     def check_config(cls, cfg):
@@ -61,7 +63,7 @@ class FedALS(FedStrategy):
         self.body_round = 0  # round of the last body average (0: the initial model)
         self.body_pids: set[int] = set()  # clients whose bodies that average holds
         self.client_body: dict[int, int] = {}  # pid -> body_round of the last body it received
-        self.averaged: Tensors | None = None  # the evaluated model, set by evaluate_round
+        self.averaged: Tensors | None = None  # the evaluated model, set by begin_evaluate
         self.split_views()
 
     def split_views(self) -> None:
@@ -81,8 +83,11 @@ class FedALS(FedStrategy):
         """Whether ``pid`` gets the global body: only when it is newer than the client's own."""
         return self.client_body.get(pid, -1) < self.body_round
 
-    def train_payload(self, pid, server_round):
-        return {"head": self.head, **({"body": self.body} if self.sends_body(pid) else {})}
+    def broadcast_payload(self, server_round):
+        return {"head": self.head}
+
+    def client_payload(self, pid, server_round):
+        return {"body": self.body} if self.sends_body(pid) else {}
 
     def train_config(self, pid, server_round):
         return {**super().train_config(pid, server_round), "sync-body": self.is_body_round(server_round)}
@@ -107,24 +112,22 @@ class FedALS(FedStrategy):
         pool = self.train_pool()
         if self.body_round == server_round and self.body_pids == set(pool):
             return self.global_state
-        contents = {pid: make_content({}, {"server-round": server_round, "partition-id": pid, "collect-body": True})
-                    for pid in pool}
-        replies = self.exchange(grid, self.messages(contents, MessageType.EVALUATE), traffic="eval")
-        valid = self.parse_replies(replies, dict.fromkeys(pool, spec_of({"body": self.body})))
+        spec = spec_of({"body": self.body})
+        valid = self.round_trip(grid, server_round, dict.fromkeys(pool, {}), {"collect-body": True}, lambda pid: spec,
+                                MessageType.EVALUATE, "eval")
         if not valid:
             return self.global_state
         weights = [self.clients[r.pid].num_train if self.weighted else 1.0 for r in valid]
         return {**self.global_state, **self.combine([r.payload["body"] for r in valid], weights)}
 
-    def evaluate_round(self, server_round, grid):
+    def begin_evaluate(self, server_round, grid):
         evaluating = (self.cfg.central_eval and self.dataset is not None) or self.cfg.fraction_evaluate > 0
         self.averaged = self.averaged_model(server_round, grid) if evaluating else None
         if self.averaged is not None:
             self.eval_parts = {"body": {k: self.averaged[k] for k in self.body_keys},
                                "head": {k: self.averaged[k] for k in self.head_keys}}
-        return super().evaluate_round(server_round, grid)
 
-    def eval_payload(self, pid, server_round):
+    def eval_broadcast(self, server_round):
         return self.eval_parts
 
     def central_state(self):
@@ -165,8 +168,8 @@ class FedALSScaffold(FedALS, Scaffold):
         self.head_control = {k: self.control[k] for k in self.head_params}
         self.full_control = {k: self.control[k] for k in self.body_params + self.head_params}
 
-    def train_payload(self, pid, server_round):
-        payload = super().train_payload(pid, server_round)
+    def client_payload(self, pid, server_round):
+        payload = super().client_payload(pid, server_round)
         payload["control"] = self.full_control if "body" in payload else self.head_control
         return payload
 

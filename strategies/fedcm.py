@@ -29,7 +29,7 @@ class FedCM(FedStrategy):
         super().__init__(cfg, model, dataset)
         self.momentum = self.zeros_like_params()
 
-    def train_payload(self, pid, server_round):
+    def broadcast_payload(self, server_round):
         return {"arrays": self.global_state, "momentum": self.momentum}
 
     def aggregate(self, server_round, replies):

@@ -3,7 +3,8 @@
 import math
 
 from clients.fedfa import FedFAClient
-from strategies.base import FedStrategy, Reply, weighted_mean
+from fedapp.aggregation import weighted_mean
+from strategies.base import FedStrategy, Reply
 
 #: accuracies are clipped here so that -log2 stays finite and positive
 ACC_CLIP = (1e-3, 1 - 1e-3)

@@ -3,10 +3,11 @@
 from typing import Any
 
 from clients.fedrep import FedRepClient
+from fedapp.aggregation import weighted_mean
 from fedapp.config import Key
 from fedapp.experiment import round_lr
 from fedapp.models import body_head_keys
-from strategies.base import FedStrategy, spec_of, weighted_mean
+from strategies.base import FedStrategy, spec_of
 
 
 class FedRep(FedStrategy):
@@ -26,6 +27,7 @@ class FedRep(FedStrategy):
         Key("new-head-epochs", int, 0, "Epochs a client without a head trains a fresh one before evaluation "
             "(PeFLL's runs: 20); 0: as head-epochs / head-steps.", low=0),
     )
+    global_model = False  # a shared body; every head stays on its client
 
     def __init__(self, cfg, model, dataset=None):
         super().__init__(cfg, model, dataset)
@@ -34,7 +36,7 @@ class FedRep(FedStrategy):
     def body_state(self):
         return {k: self.global_state[k] for k in self.body}
 
-    def train_payload(self, pid, server_round):
+    def broadcast_payload(self, server_round):
         return {"body": self.body_state()}
 
     def head_config(self, new: bool = False) -> dict[str, int]:
@@ -51,7 +53,7 @@ class FedRep(FedStrategy):
         body = weighted_mean([r.payload["body"] for r in replies], [r.num_examples for r in replies])
         self.global_state = {**self.global_state, **body}
 
-    def eval_payload(self, pid, server_round):
+    def eval_broadcast(self, server_round):
         return {"body": self.body_state()}
 
     def evaluate_contents(self, server_round, config=None):

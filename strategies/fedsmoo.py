@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from clients.fedsmoo import FedSMOOClient, FedSpeedClient
-from clients.sam import perturbation
 from fedapp.config import Key
+from fedapp.perturbation import perturbation
 from strategies.base import LR_DECAY, spec_of
 from strategies.feddyn import BETA, FedDyn
 from strategies.fedsam import RHO
@@ -47,7 +47,7 @@ class FedSMOO(FedDyn):
         super().__init__(cfg, model, dataset)
         self.perturbation = self.zeros_like_params()
 
-    def train_payload(self, pid, server_round):
+    def broadcast_payload(self, server_round):
         return {"arrays": self.global_state, "perturbation": self.perturbation}
 
     def reply_spec(self, pid, server_round):

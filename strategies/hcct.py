@@ -10,15 +10,15 @@ from typing import Any
 import numpy as np
 import torch
 from flwr.common.logger import log
-from flwr.app import MessageType
 from flwr.serverapp import Grid
 
 from clients.hcct import HCCTClient, HCCTPClient
+from fedapp.aggregation import weighted_mean
 from fedapp.config import ConfigError, Key, RunConfig
 from fedapp.experiment import round_lr
 from fedapp.models import body_head_keys, layer_groups
-from fedapp.records import Tensors, make_content
-from strategies.base import FedStrategy, Reply, spec_of, weighted_mean
+from fedapp.records import Tensors
+from strategies.base import FedStrategy, Reply, spec_of
 
 Group = tuple[int, ...]
 
@@ -133,6 +133,7 @@ class HCCT(FedStrategy):
             "('same-round').", ("next-round", "same-round")),
     )
     checkpoint_attrs = ("models", "updates", "groups", "group_log")
+    global_model = False  # a model per group
 
     def __init__(self, cfg: RunConfig, model: torch.nn.Module, dataset=None):
         super().__init__(cfg, model, dataset)
@@ -210,16 +211,14 @@ class HCCT(FedStrategy):
         new = [pid for pid in pool if pid not in self.updates]
         if not new or not self.updates:  # round 1 has no one to be placed among
             return
-        cache: dict = {}
-        contents = {pid: make_content(self.records({"arrays": self.init_state}, cache),
-                                      {**self.train_config(pid, 1), "server-round": server_round, "partition-id": pid})
-                    for pid in new}
-        replies = self.exchange(grid, self.messages(contents, MessageType.TRAIN))
-        for r in self.parse_replies(replies, {pid: self.reply_spec(pid, server_round) for pid in new}):
+        replies = self.round_trip(grid, server_round, dict.fromkeys(new, {}), lambda pid: self.train_config(pid, 1),
+                                  lambda pid: self.reply_spec(pid, server_round), broadcast={"arrays": self.init_state})
+        for r in replies:
             self.updates[r.pid] = {k: r.payload["arrays"][k] - self.init_state[k] for k in self.similarity_keys}
             self.models[r.pid] = r.payload["arrays"]
 
-    def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]:
+    def begin_train(self, server_round: int, grid: Grid) -> None:
+        """This round's groups and their start models, before the training messages."""
         pool = [pid for pid in self.train_pool() if pid < self.arrived(server_round)]
         if self.places_newcomers_at_once():
             self.probe_newcomers(server_round, grid, pool)
@@ -227,16 +226,18 @@ class HCCT(FedStrategy):
         self.starts = {g: self.group_start(g) for g in self.groups}
         log(INFO, "round %d groups: %s", server_round, [list(g) for g in self.groups])
         self.group_log.append({"round": server_round, "groups": [list(g) for g in self.groups]})
-        row: dict[str, Any] = super().fit_round(server_round, grid)
-        row["groups"] = [list(g) for g in self.groups]
-        row["num-groups"] = len(self.groups)
-        return row
+
+    def round_row(self, server_round: int) -> dict[str, Any]:
+        return {"groups": [list(g) for g in self.groups], "num-groups": len(self.groups)}
 
     def group_of(self, pid: int) -> Group:
         return next(g for g in self.groups if pid in g)
 
     # ---- hooks --------------------------------------------------------------------------
-    def train_payload(self, pid: int, server_round: int):
+    def broadcast_payload(self, server_round: int):
+        return {}  # each group trains its own model
+
+    def client_payload(self, pid: int, server_round: int):
         return {"arrays": self.starts[self.group_of(pid)]}  # one object per group: serialised once
 
     def reply_spec(self, pid: int, server_round: int):
@@ -259,7 +260,10 @@ class HCCT(FedStrategy):
     def after_first_updates(self, server_round: int) -> None:
         """Called after every aggregation (HCCT-E picks its similarity layer here)."""
 
-    def eval_payload(self, pid: int, server_round: int):
+    def eval_broadcast(self, server_round: int):
+        return {}
+
+    def eval_client_payload(self, pid: int, server_round: int):
         return {"arrays": self.models.get(pid, self.init_state)}
 
     def central_state(self) -> Tensors | None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import torch
 
 from clients.ifca import IFCAClient
+from fedapp.aggregation import weighted_mean
 from fedapp.config import Key, RunConfig
 from fedapp.models import build_model
 from fedapp.records import Tensors
-from strategies.base import FedStrategy, Reply, weighted_mean
+from strategies.base import FedStrategy, Reply
 
 
 class IFCA(FedStrategy):
@@ -26,6 +27,7 @@ class IFCA(FedStrategy):
                    Key("identical-init", bool, False, "All k models start from the same initial model (the HCCT "
                        "authors' code); IFCA's paper starts them from distinct initialisations."))
     checkpoint_attrs = ("cluster_models", "choices")
+    global_model = False  # k cluster models
 
     def __init__(self, cfg: RunConfig, model: torch.nn.Module, dataset=None):
         super().__init__(cfg, model, dataset)
@@ -44,7 +46,7 @@ class IFCA(FedStrategy):
         """How many of the k models each client averages (FLSC: N_g)."""
         return 1
 
-    def train_payload(self, pid: int, server_round: int):
+    def broadcast_payload(self, server_round: int):
         return {f"model-{j}": m for j, m in enumerate(self.cluster_models)}
 
     def train_config(self, pid: int, server_round: int):
@@ -60,10 +62,13 @@ class IFCA(FedStrategy):
                 self.cluster_models[j] = weighted_mean([r.payload["arrays"] for r in members],
                                                        [r.num_examples for r in members])
 
-    def eval_payload(self, pid: int, server_round: int):
+    def eval_broadcast(self, server_round: int):
+        return {}
+
+    def eval_client_payload(self, pid: int, server_round: int):
         chosen = self.choices.get(pid)
         if chosen is None:  # never trained: let the client pick as in training
-            return self.train_payload(pid, server_round)
+            return self.broadcast_payload(server_round)
         return {"arrays": weighted_mean([self.cluster_models[j] for j in chosen], [1.0] * len(chosen))}
 
     def central_state(self) -> Tensors | None:

@@ -11,12 +11,13 @@ class Local(FedStrategy):
     """
 
     config_prefix = "local"
+    global_model = False
 
     def train_pool(self) -> list[int]:
         return sorted(self.clients)
 
-    def train_payload(self, pid, server_round):
-        return {}
+    def broadcast_payload(self, server_round):
+        return {}  # nothing is shared
 
     def reply_spec(self, pid, server_round):
         return {}
@@ -24,7 +25,7 @@ class Local(FedStrategy):
     def aggregate(self, server_round, replies) -> None:
         """Nothing to aggregate: each model stays on its client."""
 
-    def eval_payload(self, pid, server_round):
+    def eval_broadcast(self, server_round):
         return {}
 
     def central_state(self) -> None:

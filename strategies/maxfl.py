@@ -1,8 +1,9 @@
 """MAXFL-style participation: a client joins the global model only while it serves it well."""
 
 from clients.maxfl import MaxFLClient
+from fedapp.aggregation import weighted_mean
 from fedapp.config import Key
-from strategies.base import FedStrategy, Reply, weighted_mean
+from strategies.base import FedStrategy, Reply
 
 
 class MaxFL(FedStrategy):

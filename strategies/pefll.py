@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import io
 
@@ -11,10 +11,11 @@ import torch
 from flwr.app import MessageType
 from flwr.serverapp import Grid
 
-from clients.pefll import EMBEDDINGS, HyperNetwork, PeFLLClient, embedding_network
+from clients.pefll import PeFLLClient
 from fedapp.config import ConfigError, Key
-from fedapp.records import Payload, Tensors, make_content
-from fedapp.results import atomic_write
+from fedapp.files import atomic_write
+from fedapp.hypernetworks import EMBEDDINGS, HyperNetwork, embedding_network
+from fedapp.records import Tensors
 from strategies.base import FedStrategy, Reply, Spec, spec_of
 
 
@@ -81,6 +82,7 @@ class PeFLL(FedStrategy):
             "layers) or code (the authors' code: no ReLU after the last hidden layer).", ("table5", "code")),
     )
     checkpoint_attrs = ("hnet", "embed", "optimizers", "v_stats")
+    global_model = False
 
     def __init__(self, cfg, model, dataset=None):
         super().__init__(cfg, model, dataset)
@@ -125,16 +127,9 @@ class PeFLL(FedStrategy):
         return {"local-steps": cfg.algo("k"), "lr": cfg.algo("beta"), "lambda-theta": cfg.algo("lambda-theta"),
                 "momentum": cfg.algo("momentum"), "inner-wd": cfg.algo("inner-wd"), "clip": cfg.algo("clip")}
 
-    def round_trip(self, grid: Grid, server_round: int, payloads: Mapping[int, Payload], phase: str,
-                   spec: Callable[[int], Spec | None], message_type: str = MessageType.TRAIN,
-                   traffic: str = "train") -> list[Reply]:
-        """One exchange of phase ``phase`` with each client in ``payloads``: valid replies only."""
-        cache: dict = {}
-        config = {**self.phase_config(server_round), "phase": phase, "server-round": server_round}
-        contents = {pid: make_content(self.records(p, cache), {**config, "partition-id": pid})
-                    for pid, p in payloads.items()}
-        replies = self.exchange(grid, self.messages(contents, message_type), traffic)
-        return self.parse_replies(replies, {pid: spec(pid) for pid in contents})
+    def phase(self, server_round: int, name: str) -> dict:
+        """The config of one of the step's round trips (``round_trip``): the phase and its settings."""
+        return {**self.phase_config(server_round), "phase": name}
 
     def descriptor_spec(self, pid: int) -> Spec:
         return {"v": {"v": ((embed_dim(self.cfg),), torch.float32)}}
@@ -147,13 +142,13 @@ class PeFLL(FedStrategy):
                     traffic: str = "train") -> dict[int, torch.Tensor]:
         """Phase 1 (or the first half of Algorithm 1 with ``train=False``): v_i per client."""
         eta_v = {k: v.detach() for k, v in self.embed.state_dict().items()}
-        payload = {"eta_v": eta_v}  # one object: serialised once for all clients
         spec = self.descriptor_spec
         if not train:  # an evaluation descriptor comes with the client's training label counts
             classes = self.dataset.num_classes
             spec = lambda pid: {"v": {**self.descriptor_spec(pid)["v"], "hist": ((classes,), torch.int64)}}  # noqa: E731
-        replies = self.round_trip(grid, server_round, dict.fromkeys(pids, payload), "descriptor", spec,
-                                  MessageType.TRAIN if train else MessageType.EVALUATE, traffic)
+        replies = self.round_trip(grid, server_round, dict.fromkeys(pids, {}), self.phase(server_round, "descriptor"),
+                                  spec, MessageType.TRAIN if train else MessageType.EVALUATE, traffic,
+                                  broadcast={"eta_v": eta_v})
         if not train:  # kept for descriptors.npz
             self.eval_descriptors = {r.pid: r.payload["v"] for r in replies}
         return {r.pid: r.payload["v"]["v"] for r in replies}
@@ -180,7 +175,8 @@ class PeFLL(FedStrategy):
                        traffic: str = "train") -> list[Reply]:
         """Phase 2: theta_i = h(v_i) to each client (a different message each), delta_theta_i back."""
         payloads = {pid: {"theta": self.personal_model(vi)} for pid, vi in v.items()}
-        return self.round_trip(grid, server_round, payloads, "train", self.delta_spec, traffic=traffic)
+        return self.round_trip(grid, server_round, payloads, self.phase(server_round, "train"), self.delta_spec,
+                               traffic=traffic)
 
     def hypernetwork_vjp(self, v: torch.Tensor, delta: Tensors) -> tuple[list[torch.Tensor], torch.Tensor]:
         """(delta_eta_h, delta_v) = (d theta / d (eta_h, v))^T delta_theta at theta = h(v)."""
@@ -195,7 +191,7 @@ class PeFLL(FedStrategy):
         """Phase 3: delta_v_i to each client, delta_eta_v_i back."""
         spec = spec_of({"delta": self.embed.state_dict()})
         replies = self.round_trip(grid, server_round, {pid: {"delta_v": {"v": d}} for pid, d in delta_v.items()},
-                                  "backprop", lambda pid: spec)
+                                  self.phase(server_round, "backprop"), lambda pid: spec)
         return {r.pid: list(r.payload["delta"].values()) for r in replies}
 
     def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]:
@@ -260,13 +256,10 @@ class PeFLL(FedStrategy):
             return {}
         pids = self.sample(server_round, sorted(self.clients), self.cfg.fraction_evaluate)
         thetas = self.personal_models(server_round, grid, pids)
-        cache: dict = {}
-        contents = {pid: make_content(self.records({"theta": t}, cache),
-                                      {"phase": "evaluate", "server-round": server_round, "partition-id": pid})
-                    for pid, t in thetas.items()}
-        replies = self.exchange(grid, self.messages(contents, MessageType.EVALUATE), traffic="eval")
+        replies = self.round_trip(grid, server_round, {pid: {"theta": t} for pid, t in thetas.items()},
+                                  {"phase": "evaluate"}, None, MessageType.EVALUATE, "eval")
         self.save_descriptors(server_round)
-        return dict(self.aggregate_evaluate(server_round, replies, dict.fromkeys(contents)) or {})
+        return dict(self.evaluation_metrics(replies) or {})
 
     def save_descriptors(self, server_round: int) -> None:
         """descriptors.npz beside rounds.json, rewritten at every evaluation: per evaluation

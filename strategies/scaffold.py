@@ -29,7 +29,7 @@ class Scaffold(FedStrategy):
         super().__init__(cfg, model, dataset)
         self.control: Tensors = self.zeros_like_params()
 
-    def train_payload(self, pid, server_round):
+    def broadcast_payload(self, server_round):
         return {"arrays": self.global_state, "control": self.control}
 
     def reply_spec(self, pid, server_round):

@@ -246,7 +246,7 @@ def test_authors_layer_groups_and_table3_mapping():
     """The authors' code opens a group at each key naming "conv" or "fc.weight" (20 groups on
     ResNet-20); fedals.layer-groups = "authors" gives those groups, and Table 3's L maps to our
     per-Conv/Linear count as 16 -> 18, 12 -> 13, 8 -> 8, 4 -> 4, 1 -> 1."""
-    from clients.fedals import fedals_layer_groups
+    from fedapp.layer_split import fedals_layer_groups
 
     model = build_model("resnet20", (3, 32, 32), 10)
     theirs: list[list[str]] = []

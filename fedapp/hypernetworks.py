@@ -1,0 +1,68 @@
+"""PeFLL's and pFedHN's networks: the embedding network phi that maps a client's data to a
+descriptor v (client side), and the hypernetwork h that maps v to the client's model (server side)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedapp.models import LeNet
+from fedapp.records import Tensors
+
+EMBEDDINGS = ("cnn", "label", "unlabeled")
+
+
+class CNNEmbedding(nn.Module):
+    """phi(x, y): the client CNN on the image with one-hot(y) appended as C constant channels."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, dim: int, labels: bool = True):
+        super().__init__()
+        self.num_classes = num_classes if labels else 0
+        self.net = LeNet((input_shape[0] + self.num_classes, *input_shape[1:]), dim)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self.num_classes:
+            planes = F.one_hot(y, self.num_classes).to(x.dtype)[:, :, None, None]
+            x = torch.cat([x, planes.expand(-1, -1, *x.shape[2:])], 1)
+        return self.net(x)
+
+
+class LabelEmbedding(nn.Module):
+    """phi(x, y) = W one-hot(y) + b: the descriptor is a linear map of the label histogram."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, dim: int):
+        super().__init__()
+        self.num_classes = num_classes
+        self.fc = nn.Linear(num_classes, dim)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.fc(F.one_hot(y, self.num_classes).float())
+
+
+def embedding_network(kind: str, input_shape: tuple[int, ...], num_classes: int, dim: int) -> nn.Module:
+    if kind == "label":
+        return LabelEmbedding(input_shape, num_classes, dim)
+    return CNNEmbedding(input_shape, num_classes, dim, labels=kind == "cnn")
+
+
+class HyperNetwork(nn.Module):
+    """h(v): MLP dim -> 100 -> 100 -> 100 -> 100, one linear head per client-model tensor.
+
+    ``final_relu``: a ReLU after the last hidden layer too (the paper's Table 5); without it
+    the body ends linearly, as the authors' code's CNNHyper does."""
+
+    def __init__(self, dim: int, shapes: dict[str, torch.Size], hidden: int = 100, layers: int = 4,
+                 final_relu: bool = True):
+        super().__init__()
+        sizes = [dim] + [hidden] * layers
+        body: list[nn.Module] = []
+        for a, b in zip(sizes[:-1], sizes[1:]):
+            body += [nn.Linear(a, b), nn.ReLU()]
+        self.body = nn.Sequential(*(body if final_relu else body[:-1]))
+        self.shapes = dict(shapes)
+        self.heads = nn.ModuleList(nn.Linear(hidden, torch.Size(s).numel()) for s in self.shapes.values())
+
+    def forward(self, v: torch.Tensor) -> Tensors:
+        z = self.body(v)
+        return {k: head(z).view(s) for (k, s), head in zip(self.shapes.items(), self.heads)}

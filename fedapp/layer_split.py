@@ -1,0 +1,45 @@
+"""FedALS's split of a model into a body phi (the first L layer groups) and a head h: the client
+trains and sends the parts, the server averages them, so both take the split from here."""
+
+from __future__ import annotations
+
+import torch
+
+from fedapp.config import RunConfig
+from fedapp.models import layer_groups
+
+
+def fedals_layer_groups(model: torch.nn.Module, grouping: str = "layers") -> list[list[str]]:
+    """Layer groups that ``fedals.body-layers`` counts. "layers": every Conv/Linear is a layer
+    (ResNet-20: 22 = 19 convs + 2 shortcut convs + fc). "authors": as the authors' code groups its
+    ResNet-20 (a group opens at each state key naming a "conv" or "fc.weight"), a shortcut conv and its
+    norm join the group of the block's second conv, so ResNet-20 has 20 layers as in the paper."""
+    groups = layer_groups(model)
+    if grouping == "authors":
+        merged: list[list[str]] = []
+        for g in groups:
+            if merged and ".shortcut." in f".{g[0]}":
+                merged[-1] = merged[-1] + g
+            else:
+                merged.append(g)
+        groups = merged
+    return groups
+
+
+def split_model(cfg: RunConfig, model: torch.nn.Module) -> tuple[list[str], list[str]]:
+    """(body, head) state_dict keys: the first ``fedals.body-layers`` groups are the body. 0 is the
+    paper's default (Table 4): the body is the convolutional layers and the head the final dense
+    layers (LeNet: conv1, conv2 | fc1, fc2, fc; ResNet-20: all convs | fc); for a model without
+    convolutions, all layers but the last."""
+    groups = fedals_layer_groups(model, cfg.algo("layer-groups"))
+    n, L = len(groups), cfg.algo("body-layers")
+    if L == 0:
+        convs = 0
+        for g in groups:
+            if isinstance(model.get_submodule(g[0].rpartition(".")[0]), torch.nn.Linear):
+                break
+            convs += 1
+        L = convs or n - 1
+    if not 1 <= L < n:
+        raise ValueError(f"body-layers must be 0 or in [1, {n - 1}] (this model has {n} layer groups), got {L}")
+    return [k for g in groups[:L] for k in g], [k for g in groups[L:] for k in g]
