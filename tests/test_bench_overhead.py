@@ -69,3 +69,10 @@ def test_fedsmoo_floor_steps_are_sam_steps_of_the_client_radius():
     sam_gradient(model, x, y, 0.1)
     for p, w, g in zip(model.parameters(), before, ref):
         assert torch.allclose(p.grad, g, atol=1e-6) and torch.equal(p.detach(), w)
+
+
+def test_json_line_without_flwr_run():
+    out = row("fedsmoo", {**SETTINGS["fedsmoo"], "num-server-rounds": 3}, 2.0, "2p", {"2p": [2.0], "2t": [5.0]},
+              {"2p": [2.0]}, {"1x1": [4.0, 4.2], "2x1": [2.1, 2.1]}, None)
+    assert out["inprocess_ratio"] == 1.05 and out["inprocess_layout"] == "2 worker processes x 1 thread"
+    assert out["flwr_run_round_s"] is None and out["flwr_run_ratio"] is None and out["startup_s"] is None

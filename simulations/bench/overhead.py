@@ -161,9 +161,10 @@ def flwr_run_as_before(cfg: dict, tree: str, timeout: float) -> dict:
 
 
 def measure(strategy: str, rounds: int, local: int | None = None, before: str | None = None,
-            quick: bool = False) -> dict:
+            quick: bool = False, flwr: bool = True) -> dict:
     """One strategy's line. ``quick``: the one-process, two-thread floor (two to three times the
-    two-process one in every measurement so far) gets one timed round, before the app's runs only."""
+    two-process one in every measurement so far) gets one timed round, before the app's runs only.
+    ``flwr`` False: no `flwr run` (its fields are None)."""
     cfg = {**SETTINGS[strategy], "num-server-rounds": rounds, "eval-every": rounds}
     if local:
         cfg.update({"local-steps": local, "pefll.k": local})
@@ -171,7 +172,7 @@ def measure(strategy: str, rounds: int, local: int | None = None, before: str | 
     floor_before = {layout: floor_rounds(cfg, plan[:2] if quick and layout == "2t" else plan, layout)
                     for layout in ("2p", "2t")}
     inproc = {layout: inprocess_rounds(cfg, rounds, *INPROCESS[layout]) for layout in INPROCESS}
-    run = flwr_run(cfg)
+    run = flwr_run(cfg) if flwr else None
     old = flwr_run_as_before(cfg, before, BEFORE_TIMEOUT) if before else None
     floor_after = {layout: floor_rounds(cfg, plan, layout) for layout in ("2p", "2t") if not quick or layout == "2p"}
     floors = {k: statistics.median(floor_before[k] + floor_after.get(k, [])) for k in floor_before}
@@ -188,23 +189,25 @@ def measure(strategy: str, rounds: int, local: int | None = None, before: str | 
 
 
 def row(strategy: str, cfg: dict, floor_s: float, layout: str, floor_before: dict, floor_after: dict,
-        inproc: dict[int, list[float]], run: dict) -> dict:
+        inproc: dict[str, list[float]], run: dict | None) -> dict:
     """One JSON line: the medians, their ratios to the floor, and what they were taken from
     (the floor's and the in-process engine's faster layout)."""
     fastest = min(inproc, key=lambda t: statistics.median(inproc[t]))
     inprocess_s = statistics.median(inproc[fastest])
     workers, threads = INPROCESS[fastest]
-    flwr_s = statistics.median(run["train"][1:])
+    flwr_s = statistics.median(run["train"][1:]) if run else None
+    run = run or dict.fromkeys(("train", "cpu", "to-first-round", "worker-nice"))
     return {"strategy": strategy, "floor_round_s": floor_s, "inprocess_round_s": inprocess_s,
             "flwr_run_round_s": flwr_s, "startup_s": run["to-first-round"], "load": os.getloadavg(),
-            "inprocess_ratio": inprocess_s / floor_s, "flwr_run_ratio": flwr_s / floor_s,
+            "inprocess_ratio": inprocess_s / floor_s, "flwr_run_ratio": flwr_s and flwr_s / floor_s,
             "floor_layout": {"2p": "2 processes x 1 thread", "2t": "1 process x 2 threads"}[layout],
             "floor_rounds_before": floor_before, "floor_rounds_after": floor_after,
             "inprocess_layout": f"{workers} worker processes x {threads} thread" if workers > 1
             else f"1 process x {threads} thread",
             "inprocess_rounds": inproc,
             "flwr_run_rounds": run["train"], "flwr_run_cpu_rounds": run["cpu"],
-            "shutdown_s": run["wall"] - run["to-first-round"] - run["in-rounds"], "worker_nice": run["worker-nice"],
+            "shutdown_s": run["wall"] - run["to-first-round"] - run["in-rounds"] if flwr_s else None,
+            "worker_nice": run["worker-nice"],
             "clients": cfg["num-clients"], "local_steps": local_steps(cfg), "rounds": cfg["num-server-rounds"],
             "time": time.strftime("%Y-%m-%d %H:%M:%S")}
 
@@ -220,11 +223,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--before", metavar="TREE",
                    help="also `flwr run` the app of TREE, a checkout of the code before the overhead changes "
                         "(e.g. git worktree add /tmp/before <commit>): before_* fields")
+    p.add_argument("--no-flwr-run", action="store_true", help="the floor and the in-process engine only")
     p.add_argument("--out", help="also append the JSON lines to this file")
     a = p.parse_args(argv)
     for strategy in a.strategies.split(","):
         rounds = a.rounds or (QUICK_ROUNDS if a.quick else ROUNDS)[strategy]
-        line = json.dumps(measure(strategy, rounds, a.local_steps, a.before, a.quick))
+        line = json.dumps(measure(strategy, rounds, a.local_steps, a.before, a.quick,
+                                  not a.no_flwr_run))
         print(line, flush=True)
         if a.out:
             with open(a.out, "a") as f:
