@@ -158,6 +158,8 @@ class InProcessGrid(Grid):
             if node in self.offline and msg.metadata.message_type != MessageType.QUERY:
                 continue
             if self.workers > 1:
+                if any(m.metadata.dst_node_id == node for _, m, _ in calls):  # a node's messages in turn
+                    calls = self._collect(calls)
                 calls.append((mid, msg, self.pool().submit(_work, _encode(msg.content), dict(msg.metadata.__dict__),
                                                            self.contexts[node])))
                 continue
@@ -165,10 +167,15 @@ class InProcessGrid(Grid):
             incoming.metadata.__dict__.update(msg.metadata.__dict__)
             kind, out = _call(self.client_app, incoming, self.contexts[node])
             self._answer(mid, msg, kind, _copy(out) if kind == "reply" else out)
-        for mid, msg, call in calls:  # in push order, as the serial engine answers
+        self._collect(calls)
+        return ids
+
+    def _collect(self, calls: list) -> list:
+        """Wait for the workers' replies, in push order, and take back the nodes' contexts."""
+        for mid, msg, call in calls:
             kind, out, self.contexts[msg.metadata.dst_node_id] = call.result()
             self._answer(mid, msg, kind, _decode(out) if kind == "reply" else out)
-        return ids
+        return []
 
     def _answer(self, mid: str, msg: Message, kind: str, out: Any) -> None:
         if kind == "reply":

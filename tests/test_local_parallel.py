@@ -24,3 +24,24 @@ def test_two_workers_give_the_serial_run_bit_for_bit(small_config):
     assert all(r["dropped-replies"] for r in rows[0][1:])  # the failing partition's error replies came back
     states = [n for ctx in grid.contexts.values() for n in ctx.state.array_records if n.startswith("state.")]
     assert states  # the duals came back from the workers into this process's contexts
+
+
+def test_a_nodes_messages_run_in_turn_with_its_context():
+    """Two messages to one node in one push: the second sees the state the first committed."""
+    from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+
+    counter = ClientApp()
+
+    @counter.query()
+    def count(msg, context):
+        n = int(context.state["n"]["n"]) + 1 if "n" in context.state else 1
+        context.state["n"] = ConfigRecord({"n": n})
+        return Message(RecordDict({"m": MetricRecord({"n": n})}), reply_to=msg)
+
+    grid = InProcessGrid(counter, 2, {}, workers=2)
+    msgs = [grid.create_message(RecordDict(), "query", node, "g") for node in (101, 101, 102, 101)]
+    replies = grid.pull_messages(grid.push_messages(msgs))
+    grid.close()
+    assert [r.content["m"]["n"] for r in replies] == [1, 2, 1, 3]
+    assert grid.contexts[101].state["n"]["n"] == 3
