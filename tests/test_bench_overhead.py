@@ -41,7 +41,7 @@ def test_json_line_has_the_medians_and_their_ratios_to_the_floor():
     assert {"strategy", "floor_round_s", "inprocess_round_s", "flwr_run_round_s", "startup_s", "load"} <= set(line)
     assert line["strategy"] == "fedavg" and line["floor_round_s"] == 2.0
     assert line["flwr_run_round_s"] == 4.0  # median of rounds 2.. (round 1 is each worker's warm-up)
-    assert line["inprocess_round_s"] == 2.2 and line["inprocess_layout"] == "2 worker processes x 1 thread"  # the faster
+    assert line["inprocess_round_s"] == 2.2 and line["inprocess_layout"] == "2 worker processes x 1 thread"  # faster
     assert line["flwr_run_ratio"] == 2.0 and line["inprocess_ratio"] == 1.1
     assert line["startup_s"] == 12.5 and line["shutdown_s"] == 40.0 - 12.5 - 21.0
     assert line["floor_layout"] == "2 processes x 1 thread" and len(line["load"]) == 3
