@@ -64,8 +64,9 @@ def main() -> None:
                 while len(per_round) < len(mon.round_at):
                     files = list(spill.glob("*.pt"))
                     per_round.append({"round": len(per_round), "rss_mib": sum(r for _, r in tree(tmp).values()) / 2**20,
-                                      "clients_with_state_on_disk": len(files),
+                                      "peak_so_far_mib": mon.peak_rss / 2**20, "clients_with_state_on_disk": len(files),
                                       "state_on_disk_mib": sum(f.stat().st_size for f in files) / 2**20})
+                    print(json.dumps(per_round[-1]), file=sys.stderr, flush=True)  # a stopped run keeps these
 
         mon.start()
         watcher = threading.Thread(target=after_rounds, daemon=True)
