@@ -3,16 +3,30 @@
 Used by the tests and by fast CPU sweeps in ``simulations/``: the same ServerApp and
 ClientApp code as ``flwr run``, without Ray or a SuperLink. Message contents are
 serialised both ways so the clients see what a real transport delivers.
+
+The clients of an exchange run one after another in this process (``local-workers = 1``), or
+in a pool of worker processes (``local-workers = n``; 0: one per CPU), forked from this one,
+each with the cores shared out (``num-threads`` 0: CPUs / workers torch threads). A worker
+gets the node's context with the message and hands it back with the reply, so client state
+lives here as in the serial engine. Every training and evaluation message seeds torch's
+global generator before it builds its model (``fedapp.client_app.make_client``) and a
+process runs one message at a time, so a client's randomness (initialisation, dropout, its
+batches) does not depend on which worker runs it or in what order: with the same torch
+threads per client, the parallel engine's run is bit-identical to the serial one.
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
 import time
 import traceback
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any
 from uuid import uuid4
 
+import torch
 from flwr.app import Context, Error, Message, MessageType, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.constant import SUPERLINK_NODE_ID
@@ -22,11 +36,62 @@ from flwr.supercore.task_identity import TaskIdentity
 from fedapp.faults import Stalled, simulated_stalls
 
 
+def _encode(content: RecordDict) -> bytes:
+    from flwr.common.serde import recorddict_to_proto
+
+    return recorddict_to_proto(content).SerializeToString()
+
+
+def _decode(blob: bytes) -> RecordDict:
+    from flwr.common.serde import recorddict_from_proto
+    from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
+
+    return recorddict_from_proto(ProtoRecordDict.FromString(blob))
+
+
 def _copy(content: RecordDict) -> RecordDict:
     """A deep copy through serialisation, as a transport would make it."""
-    from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
+    return _decode(_encode(content))
 
-    return recorddict_from_proto(recorddict_to_proto(content))
+
+def _call(client_app: ClientApp, msg: Message, context: Context) -> tuple[str, Any]:
+    """The ClientApp on one message: ("reply", content), ("stalled", None) or ("error", reason)."""
+    try:
+        with simulated_stalls():
+            return "reply", client_app(msg, context).content
+    except Stalled:
+        return "stalled", None
+    except Exception as exc:  # a failing client becomes an error reply, as in Flower
+        return "error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
+
+
+def cores() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def workers_of(run_config: Mapping[str, Any]) -> int:
+    """``local-workers``: 1 serial, n > 1 worker processes, 0 one per CPU."""
+    return int(run_config.get("local-workers", 1)) or cores()
+
+
+# ---- worker processes ------------------------------------------------------------------------------
+_WORKER_APP: ClientApp | None = None
+
+
+def _init_worker(client_app: ClientApp, threads: int) -> None:
+    global _WORKER_APP
+    _WORKER_APP = client_app  # inherited through fork, never pickled
+    torch.set_num_threads(threads)
+
+
+def _work(blob: bytes, metadata: dict, context: Context) -> tuple[str, Any, Context]:
+    """One message in a worker: the content comes and goes serialised, the context goes back
+    with the state the client committed."""
+    msg = Message(_decode(blob), dst_node_id=metadata["_dst_node_id"], message_type=metadata["_message_type"])
+    msg.metadata.__dict__.update(metadata)
+    kind, out = _call(_WORKER_APP, msg, context)
+    return kind, _encode(out) if kind == "reply" else out, context
 
 
 class InProcessGrid(Grid):
@@ -37,10 +102,12 @@ class InProcessGrid(Grid):
     """
 
     def __init__(self, client_app: ClientApp, num_nodes: int, run_config: Mapping[str, Any],
-                 node_configs: list[dict] | None = None, run_id: int = 1):
+                 node_configs: list[dict] | None = None, run_id: int = 1, workers: int | None = None):
         self.client_app = client_app
         self.run_config = dict(run_config)
         self.run_id = run_id
+        self.workers = workers_of(self.run_config) if workers is None else workers
+        self._pool: Executor | None = None
         configs = node_configs or [{"partition-id": i, "num-partitions": num_nodes} for i in range(num_nodes)]
         self.contexts = {101 + i: Context(run_id, 101 + i, dict(c), RecordDict(), self.run_config)
                          for i, c in enumerate(configs)}
@@ -64,8 +131,25 @@ class InProcessGrid(Grid):
     def get_node_ids(self) -> Iterable[int]:
         return list(self.contexts)
 
+    def pool(self) -> Executor:
+        """The worker processes, forked at the first exchange and kept until ``close``."""
+        if self._pool is None:
+            threads = int(self.run_config.get("num-threads", 0))
+            if threads:  # this process too, as the serial engine's first client would set it
+                torch.set_num_threads(threads)
+            ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else None)
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_init_worker,
+                                             initargs=(self.client_app, threads or max(1, cores() // self.workers)))
+        return self._pool
+
+    def close(self) -> None:
+        """Stop the worker processes (a later exchange starts new ones)."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        ids = []
+        ids, calls = [], []
         for msg in messages:
             mid = uuid4().hex
             msg.metadata.__dict__.update(_message_id=mid, _created_at=time.time())
@@ -73,19 +157,31 @@ class InProcessGrid(Grid):
             node = msg.metadata.dst_node_id
             if node in self.offline and msg.metadata.message_type != MessageType.QUERY:
                 continue
+            if self.workers > 1:
+                if any(m.metadata.dst_node_id == node for _, m, _ in calls):  # a node's messages in turn
+                    calls = self._collect(calls)
+                calls.append((mid, msg, self.pool().submit(_work, _encode(msg.content), dict(msg.metadata.__dict__),
+                                                           self.contexts[node])))
+                continue
             incoming = Message(_copy(msg.content), dst_node_id=node, message_type=msg.metadata.message_type)
             incoming.metadata.__dict__.update(msg.metadata.__dict__)
-            try:
-                with simulated_stalls():
-                    reply = self.client_app(incoming, self.contexts[node])
-                reply = Message(_copy(reply.content), reply_to=msg)
-            except Stalled:
-                continue
-            except Exception as exc:  # a failing client becomes an error reply, as in Flower
-                reply = Message(Error(code=0, reason=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"),
-                                reply_to=msg)
-            self._replies[mid] = reply
+            kind, out = _call(self.client_app, incoming, self.contexts[node])
+            self._answer(mid, msg, kind, _copy(out) if kind == "reply" else out)
+        self._collect(calls)
         return ids
+
+    def _collect(self, calls: list) -> list:
+        """Wait for the workers' replies, in push order, and take back the nodes' contexts."""
+        for mid, msg, call in calls:
+            kind, out, self.contexts[msg.metadata.dst_node_id] = call.result()
+            self._answer(mid, msg, kind, _decode(out) if kind == "reply" else out)
+        return []
+
+    def _answer(self, mid: str, msg: Message, kind: str, out: Any) -> None:
+        if kind == "reply":
+            self._replies[mid] = Message(out, reply_to=msg)
+        elif kind == "error":
+            self._replies[mid] = Message(Error(code=0, reason=out), reply_to=msg)
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
         return [self._replies.pop(m) for m in message_ids if m in self._replies]
@@ -103,4 +199,7 @@ def run_local(run_config: Mapping[str, Any], num_nodes: int | None = None, clien
 
     cfg = parse_run_config(run_config)
     grid = grid or InProcessGrid(client_app or default_client_app, num_nodes or cfg.num_clients, run_config)
-    return run(grid, run_config)
+    try:
+        return run(grid, run_config)
+    finally:
+        grid.close()

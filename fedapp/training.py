@@ -29,6 +29,9 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, mean=(
     by the 0/1 presence vector (the PeFLL authors' code), and argmax and loss use those.
     ``None`` or an empty ``classes``: no masking. ``unmasked`` with ``classes`` given: also the unmasked
     ``unmasked-loss``, ``unmasked-accuracy`` and ``unmasked-num-examples``, from the same forward passes.
+
+    The sums stay on ``device`` until the end (one copy to the host, not one per batch); they are
+    float64, added in the same order as Python floats would be, so the numbers are the same.
     """
     model.eval()
     n = len(y)
@@ -39,15 +42,16 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, mean=(
         return {**empty, **({f"unmasked-{k}": v for k, v in empty.items()} if unmasked else {})}
     mask_on = classes is not None and len(classes) > 0
     keep = None  # bool over the model's classes, built once the number of logits is known
-    loss = correct = raw_loss = raw_correct = 0.0
+    # loss, correct, unmasked loss, unmasked correct
+    sums = torch.zeros(4, dtype=torch.float64, device=device)
     for i in range(0, n, batch_size):
         xb = prepare(x[i:i + batch_size].to(device), mean, std)
         yb = y[i:i + batch_size].to(device).long()
         out = model(xb)
         ce = F.cross_entropy(out, yb, reduction="none")
         if unmasked:
-            raw_loss += ce.sum().item()
-            raw_correct += (out.argmax(1) == yb).sum().item()
+            sums[2] += ce.sum().double()
+            sums[3] += (out.argmax(1) == yb).sum().double()
         if mask_on:
             if keep is None:
                 keep = torch.zeros(out.shape[1], dtype=torch.bool, device=out.device)
@@ -58,8 +62,9 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, mean=(
             else:  # an absent label keeps the unmasked loss (the masked one is infinite)
                 out = out.masked_fill(~keep, float("-inf"))
                 ce = torch.where(keep[yb], F.cross_entropy(out, yb, reduction="none"), ce)
-        loss += ce.sum().item()
-        correct += (out.argmax(1) == yb).sum().item()
+        sums[0] += ce.sum().double()
+        sums[1] += (out.argmax(1) == yb).sum().double()
+    loss, correct, raw_loss, raw_correct = sums.tolist()
     metrics = {"loss": loss / n, "accuracy": correct / n, "num-examples": n}
     if unmasked:
         metrics.update({"unmasked-loss": raw_loss / n, "unmasked-accuracy": raw_correct / n,

@@ -36,12 +36,43 @@ def test_json_line_has_the_medians_and_their_ratios_to_the_floor():
     run = {"train": [9.0, 3.0, 4.0, 5.0], "cpu": [1.0] * 4, "to-first-round": 12.5, "in-rounds": 21.0,
            "wall": 40.0, "worker-nice": [0]}
     out = row("fedavg", {**SETTINGS["fedavg"], "num-server-rounds": 4}, 2.0, "2p", {"2p": [2.0], "2t": [3.0]},
-              {"2p": [2.0], "2t": [3.0]}, {1: [2.0, 2.2, 2.4], 2: [3.0, 3.0, 3.0]}, run)
+              {"2p": [2.0], "2t": [3.0]}, {"1x1": [3.0, 3.0, 3.0], "2x1": [2.0, 2.2, 2.4]}, run)
     line = json.loads(json.dumps(out))
     assert {"strategy", "floor_round_s", "inprocess_round_s", "flwr_run_round_s", "startup_s", "load"} <= set(line)
     assert line["strategy"] == "fedavg" and line["floor_round_s"] == 2.0
     assert line["flwr_run_round_s"] == 4.0  # median of rounds 2.. (round 1 is each worker's warm-up)
-    assert line["inprocess_round_s"] == 2.2 and line["inprocess_threads"] == 1  # the faster layout
+    assert line["inprocess_round_s"] == 2.2 and line["inprocess_layout"] == "2 worker processes x 1 thread"  # faster
     assert line["flwr_run_ratio"] == 2.0 and line["inprocess_ratio"] == 1.1
     assert line["startup_s"] == 12.5 and line["shutdown_s"] == 40.0 - 12.5 - 21.0
     assert line["floor_layout"] == "2 processes x 1 thread" and len(line["load"]) == 3
+
+
+def test_fedsmoo_floor_steps_are_sam_steps_of_the_client_radius():
+    """The FedSMOO floor's step is the SAM gradient of its clients' radius (plain SAM: no duals)."""
+    import torch
+
+    from clients.sam import SAMClient
+    from fedapp.config import parse_run_config
+    from simulations.bench.floor import sam_gradient
+    from simulations.bench.overhead import sam_rho
+
+    assert sam_rho(SETTINGS["fedsmoo"]) == 0.1 and sam_rho(SETTINGS["fedavg"]) == 0.0
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3))
+    x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+    client = SAMClient.__new__(SAMClient)
+    client.model, client.cfg = model, parse_run_config({"strategy": "fedsam", "fedsam.rho": 0.1})
+    before = [p.detach().clone() for p in model.parameters()]
+    client.compute_gradient(x, y)
+    ref = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    sam_gradient(model, x, y, 0.1)
+    for p, w, g in zip(model.parameters(), before, ref):
+        assert torch.allclose(p.grad, g, atol=1e-6) and torch.equal(p.detach(), w)
+
+
+def test_json_line_without_flwr_run():
+    out = row("fedsmoo", {**SETTINGS["fedsmoo"], "num-server-rounds": 3}, 2.0, "2p", {"2p": [2.0], "2t": [5.0]},
+              {"2p": [2.0]}, {"1x1": [4.0, 4.2], "2x1": [2.1, 2.1]}, None)
+    assert out["inprocess_ratio"] == 1.05 and out["inprocess_layout"] == "2 worker processes x 1 thread"
+    assert out["flwr_run_round_s"] is None and out["flwr_run_ratio"] is None and out["startup_s"] is None

@@ -36,8 +36,25 @@ def batches(d, steps: int, bs: int, g: torch.Generator) -> list[tuple[torch.Tens
     return out
 
 
-def one_round(clients, cfg, prebuilt: bool, g: torch.Generator) -> tuple[float, float]:
-    """(wall, CPU) seconds for every client's local steps (batches made beforehand are not timed)."""
+def sam_gradient(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, rho: float) -> None:
+    """SAM's gradient in ``.grad``: g at w, then the gradient at w + rho g/||g|| (w restored)."""
+    params = list(model.parameters())
+    F.cross_entropy(model(x), y).backward()
+    with torch.no_grad():
+        scale = rho / (torch.sqrt(sum((p.grad ** 2).sum() for p in params)) + 1e-12)
+        saved = [p.detach().clone() for p in params]
+        for p in params:
+            p.add_(p.grad * scale)
+            p.grad.zero_()
+    F.cross_entropy(model(x), y).backward()
+    with torch.no_grad():
+        for p, w in zip(params, saved):
+            p.copy_(w)
+
+
+def one_round(clients, cfg, prebuilt: bool, g: torch.Generator, sam_rho: float = 0.0) -> tuple[float, float]:
+    """(wall, CPU) seconds for every client's local steps (batches made beforehand are not timed);
+    with ``sam_rho`` each step is a SAM step (two forward and backward passes)."""
     ready = [batches(d, cfg.local_steps, cfg.batch_size, g) for d in clients] if prebuilt else None
     t0, c0 = time.perf_counter(), time.process_time()
     for i, d in enumerate(clients):
@@ -46,7 +63,10 @@ def one_round(clients, cfg, prebuilt: bool, g: torch.Generator) -> tuple[float, 
         opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
         for x, y in ready[i] if prebuilt else batches(d, cfg.local_steps, cfg.batch_size, g):
             opt.zero_grad()
-            F.cross_entropy(model(x), y).backward()
+            if sam_rho:
+                sam_gradient(model, x, y, sam_rho)
+            else:
+                F.cross_entropy(model(x), y).backward()
             opt.step()
     return time.perf_counter() - t0, time.process_time() - c0
 

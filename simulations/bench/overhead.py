@@ -1,5 +1,5 @@
-"""Seconds per round of FedAvg and PeFLL: the bare-loop floor, the in-process engine and `flwr run`,
-all measured in one invocation, one JSON line per strategy.
+"""Seconds per round of FedAvg, PeFLL and FedSMOO: the bare-loop floor, the in-process engine and
+`flwr run`, all measured in one invocation, one JSON line per strategy.
 
 The floor is the clients' local SGD steps of one round as a bare torch loop (``floor.one_round``:
 the same clients' tensors, model, batch size and number of steps, no Flower) on the two cores the
@@ -8,15 +8,18 @@ workers do), and one process with two threads; the faster is the floor. It is me
 after the app's runs, and its rounds pooled, so a change in the machine's load during the
 invocation shows in its spread. For PeFLL the floor is the k SGD steps of the sampled clients;
 the descriptors, the hypernetwork's forward and VJP on the server and the embedding backprop are
-not in it (they are the algorithm's, counted against the app).
+not in it (they are the algorithm's, counted against the app). For FedSMOO a floor step is a SAM
+step (the gradient, the perturbation rho g/||g||, the gradient there); its dual variables and
+their correction terms are the algorithm's.
 
-In process is ``fedapp.local`` (no Ray, no SuperLink; clients one after the other in this process,
-with one and with two torch threads, the faster counting); ``flwr run`` goes through ``fedapp.launch`` (local SuperLink, Ray, 2 workers
+In process is ``fedapp.local`` (no Ray, no SuperLink), both ways: the clients one after the other
+in this process with one torch thread, and two worker processes x 1 thread (``local-workers=2``),
+the faster counting; ``flwr run`` goes through ``fedapp.launch`` (local SuperLink, Ray, 2 workers
 x 1 thread). Per-round figures are medians of the training time of rounds 2.. (round 1 carries
 each worker's first message). ``startup_s`` is launch to the first round (SuperLink, Ray, the
 workers importing and loading their data, discovery); ``shutdown_s`` the last round to exit.
 
-    python -m simulations.bench.overhead --quick            # about 4 minutes on a quiet 2-core machine
+    python -m simulations.bench.overhead --quick            # about 5 minutes on a quiet 2-core machine
     python -m simulations.bench.overhead --out results.jsonl
 """
 
@@ -48,9 +51,14 @@ SETTINGS = {
               "unseen-fraction": 0.1, "fraction-train": 0.278, "data-augment": False, "central-eval": False,
               "fraction-evaluate": 0.0, "checkpoint-every": 0, "pefll.k": 50, "pefll.server-opt": "adam",
               "pefll.momentum": 0.9},
+    # FedAvg's setting with FedSMOO's clients: SAM steps, two model-sized duals per client in its context
+    "fedsmoo": {**BASE, "strategy": "fedsmoo", "num-clients": 10, "central-eval": False, "fraction-evaluate": 0.0,
+                "checkpoint-every": 0},
 }
-ROUNDS = {"fedavg": 10, "pefll": 12}
-QUICK_ROUNDS = {"fedavg": 5, "pefll": 6}
+ROUNDS = {"fedavg": 10, "pefll": 12, "fedsmoo": 8}
+QUICK_ROUNDS = {"fedavg": 5, "pefll": 6, "fedsmoo": 4}
+#: in-process layouts: (worker processes, torch threads per client); 1 worker is the serial engine
+INPROCESS = {"1x1": (1, 1), "2x1": (2, 1)}
 #: seconds a `--before` run may take before it is stopped (its finished rounds still count)
 BEFORE_TIMEOUT = 300.0
 
@@ -72,6 +80,14 @@ def local_steps(cfg: dict) -> int:
     return int(cfg.get("pefll.k", cfg["local-steps"])) if cfg["strategy"] == "pefll" else int(cfg["local-steps"])
 
 
+def sam_rho(cfg: dict) -> float:
+    """The SAM radius of the floor's steps: FedSMOO's ``fedsmoo.rho``, else 0 (plain SGD)."""
+    from fedapp.config import parse_run_config
+
+    run = parse_run_config(cfg)
+    return float(run.algo("rho")) if run.strategy == "fedsmoo" else 0.0
+
+
 def split(pids: list[int], parts: int) -> list[list[int]]:
     """Clients dealt out to ``parts`` workers in turn (the Ray pool takes them as workers free up)."""
     return [pids[i::parts] for i in range(parts)]
@@ -89,7 +105,7 @@ def _init_worker(cfg: dict, threads: int) -> None:
 
     torch.set_num_threads(threads)
     run = parse_run_config({**cfg, "local-steps": local_steps(cfg)})
-    _CLIENTS.update(cfg=run, data={pid: client_data(run, pid) for pid in range(run.num_clients)})
+    _CLIENTS.update(cfg=run, rho=sam_rho(cfg), data={pid: client_data(run, pid) for pid in range(run.num_clients)})
 
 
 def _train(pids: list[int]) -> float:
@@ -100,7 +116,7 @@ def _train(pids: list[int]) -> float:
     if not pids:
         return 0.0
     g = torch.Generator().manual_seed(pids[0])
-    return one_round([_CLIENTS["data"][p] for p in pids], _CLIENTS["cfg"], False, g)[0]
+    return one_round([_CLIENTS["data"][p] for p in pids], _CLIENTS["cfg"], False, g, _CLIENTS["rho"])[0]
 
 
 def floor_rounds(cfg: dict, plan: list[list[int]], layout: str) -> list[float]:
@@ -119,13 +135,13 @@ def floor_rounds(cfg: dict, plan: list[list[int]], layout: str) -> list[float]:
 
 
 # ---- the app ---------------------------------------------------------------------------------------
-def inprocess_rounds(cfg: dict, rounds: int, threads: int) -> list[float]:
-    """Training seconds of rounds 2.. through fedapp.local with ``threads`` torch threads."""
+def inprocess_rounds(cfg: dict, rounds: int, workers: int, threads: int) -> list[float]:
+    """Training seconds of rounds 2.. through fedapp.local, ``workers`` processes x ``threads`` torch threads."""
     from fedapp.local import run_local
 
     with tempfile.TemporaryDirectory(prefix="fedapp-overhead-") as tmp:
         strategy = run_local({**cfg, "num-server-rounds": rounds, "eval-every": rounds, "num-threads": threads,
-                              "results-dir": tmp, "run-name": "inprocess"})
+                              "local-workers": workers, "results-dir": tmp, "run-name": "inprocess"})
     return [r["train-seconds"] for r in strategy.history if r["round"] > 1]
 
 
@@ -144,17 +160,22 @@ def flwr_run_as_before(cfg: dict, tree: str, timeout: float) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def measure(strategy: str, rounds: int, local: int | None = None, before: str | None = None) -> dict:
+def measure(strategy: str, rounds: int, local: int | None = None, before: str | None = None,
+            quick: bool = False, flwr: bool = True) -> dict:
+    """One strategy's line. ``quick``: the one-process, two-thread floor (two to three times the
+    two-process one in every measurement so far) gets one timed round, before the app's runs only.
+    ``flwr`` False: no `flwr run` (its fields are None)."""
     cfg = {**SETTINGS[strategy], "num-server-rounds": rounds, "eval-every": rounds}
     if local:
         cfg.update({"local-steps": local, "pefll.k": local})
     plan = floor_plan(cfg, rounds)
-    floor_before = {layout: floor_rounds(cfg, plan, layout) for layout in ("2p", "2t")}
-    inproc = {threads: inprocess_rounds(cfg, rounds, threads) for threads in (1, 2)}
-    run = flwr_run(cfg)
+    floor_before = {layout: floor_rounds(cfg, plan[:2] if quick and layout == "2t" else plan, layout)
+                    for layout in ("2p", "2t")}
+    inproc = {layout: inprocess_rounds(cfg, rounds, *INPROCESS[layout]) for layout in INPROCESS}
+    run = flwr_run(cfg) if flwr else None
     old = flwr_run_as_before(cfg, before, BEFORE_TIMEOUT) if before else None
-    floor_after = {layout: floor_rounds(cfg, plan, layout) for layout in ("2p", "2t")}
-    floors = {k: statistics.median(floor_before[k] + floor_after[k]) for k in floor_before}
+    floor_after = {layout: floor_rounds(cfg, plan, layout) for layout in ("2p", "2t") if not quick or layout == "2p"}
+    floors = {k: statistics.median(floor_before[k] + floor_after.get(k, [])) for k in floor_before}
     layout = min(floors, key=floors.get)
     out = row(strategy, cfg, floors[layout], layout, floor_before, floor_after, inproc, run)
     if old is not None:
@@ -168,38 +189,47 @@ def measure(strategy: str, rounds: int, local: int | None = None, before: str | 
 
 
 def row(strategy: str, cfg: dict, floor_s: float, layout: str, floor_before: dict, floor_after: dict,
-        inproc: dict[int, list[float]], run: dict) -> dict:
+        inproc: dict[str, list[float]], run: dict | None) -> dict:
     """One JSON line: the medians, their ratios to the floor, and what they were taken from
     (the floor's and the in-process engine's faster layout)."""
-    threads = min(inproc, key=lambda t: statistics.median(inproc[t]))
-    inprocess_s = statistics.median(inproc[threads])
-    flwr_s = statistics.median(run["train"][1:])
+    fastest = min(inproc, key=lambda t: statistics.median(inproc[t]))
+    inprocess_s = statistics.median(inproc[fastest])
+    workers, threads = INPROCESS[fastest]
+    flwr_s = statistics.median(run["train"][1:]) if run else None
+    run = run or dict.fromkeys(("train", "cpu", "to-first-round", "worker-nice"))
     return {"strategy": strategy, "floor_round_s": floor_s, "inprocess_round_s": inprocess_s,
             "flwr_run_round_s": flwr_s, "startup_s": run["to-first-round"], "load": os.getloadavg(),
-            "inprocess_ratio": inprocess_s / floor_s, "flwr_run_ratio": flwr_s / floor_s,
+            "inprocess_ratio": inprocess_s / floor_s, "flwr_run_ratio": flwr_s and flwr_s / floor_s,
             "floor_layout": {"2p": "2 processes x 1 thread", "2t": "1 process x 2 threads"}[layout],
-            "floor_rounds_before": floor_before, "floor_rounds_after": floor_after, "inprocess_threads": threads,
+            "floor_rounds_before": floor_before, "floor_rounds_after": floor_after,
+            "inprocess_layout": f"{workers} worker processes x {threads} thread" if workers > 1
+            else f"1 process x {threads} thread",
             "inprocess_rounds": inproc,
             "flwr_run_rounds": run["train"], "flwr_run_cpu_rounds": run["cpu"],
-            "shutdown_s": run["wall"] - run["to-first-round"] - run["in-rounds"], "worker_nice": run["worker-nice"],
+            "shutdown_s": run["wall"] - run["to-first-round"] - run["in-rounds"] if flwr_s else None,
+            "worker_nice": run["worker-nice"],
             "clients": cfg["num-clients"], "local_steps": local_steps(cfg), "rounds": cfg["num-server-rounds"],
             "time": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="fewer rounds (5 FedAvg, 6 PeFLL steps)")
-    p.add_argument("--strategies", default="fedavg,pefll")
-    p.add_argument("--rounds", type=int, help="rounds of every run (default: 10 FedAvg, 12 PeFLL; --quick 5, 6)")
+    p.add_argument("--quick", action="store_true",
+                   help="fewer rounds (5 FedAvg, 6 PeFLL steps, 4 FedSMOO), one round of the two-thread floor")
+    p.add_argument("--strategies", default="fedavg,pefll,fedsmoo")
+    p.add_argument("--rounds", type=int,
+                   help="rounds of every run (default: 10 FedAvg, 12 PeFLL, 8 FedSMOO; --quick 5, 6, 4)")
     p.add_argument("--local-steps", type=int, help="local SGD steps instead of 50 (a smoke test)")
     p.add_argument("--before", metavar="TREE",
                    help="also `flwr run` the app of TREE, a checkout of the code before the overhead changes "
                         "(e.g. git worktree add /tmp/before <commit>): before_* fields")
+    p.add_argument("--no-flwr-run", action="store_true", help="the floor and the in-process engine only")
     p.add_argument("--out", help="also append the JSON lines to this file")
     a = p.parse_args(argv)
     for strategy in a.strategies.split(","):
         rounds = a.rounds or (QUICK_ROUNDS if a.quick else ROUNDS)[strategy]
-        line = json.dumps(measure(strategy, rounds, a.local_steps, a.before))
+        line = json.dumps(measure(strategy, rounds, a.local_steps, a.before, a.quick,
+                                  not a.no_flwr_run))
         print(line, flush=True)
         if a.out:
             with open(a.out, "a") as f:

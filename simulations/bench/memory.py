@@ -1,0 +1,94 @@
+"""Peak memory of an in-process run (``fedapp.local``) of a paper setting, and where the clients'
+state is: FedSMOO at 100 ResNet-18-GN clients keeps two model-sized duals per client (90 MB),
+9 GB for all of them, which ``state-memory-mb`` spills to disk.
+
+The run goes in a child process (one torch thread, the serial engine), shortened to ``--rounds``
+rounds of ``--local-steps`` steps with no evaluation; the setting's participation and sizes stay.
+This process samples the child's process tree every 0.5 s (``common.Monitor``: summed RSS), the
+child reports its kernel high-water mark (VmHWM, the exact peak of its RSS), and after each round
+the summed RSS and the number of clients whose state is on disk are recorded. One JSON line.
+
+    python simulations/bench/memory.py simulations/fedsmoo/paper-cifar10-dir0.6-10pct-of-100.toml --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+from pathlib import Path
+
+from common import ROOT, Monitor, record, tree
+
+CHILD = """
+import json, sys
+sys.path.insert(0, {root!r})
+from fedapp.local import run_local
+run_local(json.loads(sys.argv[1]))
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
+print("VMHWM_KIB", hwm, flush=True)
+"""
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("setting", help="a run-config TOML file (simulations/<paper>/*.toml)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--local-steps", type=int, default=1)
+    p.add_argument("--fraction", type=float, help="fraction-train instead of the setting's")
+    p.add_argument("--state-memory-mb", type=float, help="instead of the default (2048)")
+    p.add_argument("--out")
+    a = p.parse_args()
+    with open(a.setting, "rb") as f:
+        cfg = tomllib.load(f)
+    with tempfile.TemporaryDirectory(prefix="fedapp-memory-") as tmp:
+        spill = Path(tmp) / "spill"
+        cfg.update({"num-server-rounds": a.rounds, "local-steps": a.local_steps, "eval-every": a.rounds,
+                    "central-eval": False, "fraction-evaluate": 0.0, "checkpoint-every": 0, "num-threads": 1,
+                    "local-workers": 1, "results-dir": f"{tmp}/results", "run-name": "memory",
+                    "state-spill-dir": str(spill)})
+        if a.fraction is not None:
+            cfg["fraction-train"] = a.fraction
+        if a.state_memory_mb is not None:
+            cfg["state-memory-mb"] = a.state_memory_mb
+        mon = Monitor(tmp, Path(tmp) / "results/memory/rounds.json")
+        per_round: list[dict] = []
+
+        def after_rounds() -> None:  # summed RSS and state files at each round boundary
+            while not mon.done.wait(0.5):
+                while len(per_round) < len(mon.round_at):
+                    files = list(spill.glob("*.pt"))
+                    per_round.append({"round": len(per_round), "rss_mib": sum(r for _, r in tree(tmp).values()) / 2**20,
+                                      "peak_so_far_mib": mon.peak_rss / 2**20, "clients_with_state_on_disk": len(files),
+                                      "state_on_disk_mib": sum(f.stat().st_size for f in files) / 2**20})
+                    print(json.dumps(per_round[-1]), file=sys.stderr, flush=True)  # a stopped run keeps these
+
+        mon.start()
+        watcher = threading.Thread(target=after_rounds, daemon=True)
+        watcher.start()
+        t0 = time.time()
+        out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT)), json.dumps(cfg), tmp],
+                             capture_output=True, text=True)
+        wall = time.time() - t0
+        mon.done.set()
+        mon.join()
+        watcher.join()
+        if out.returncode:
+            sys.exit(out.stderr[-3000:])
+        hwm = int(out.stdout.split("VMHWM_KIB")[1].split()[0]) / 2**10
+        rows = json.loads((Path(tmp) / "results/memory/rounds.json").read_text())["rounds"]
+        files = list(spill.glob("*.pt"))
+        record(a.out, bench="memory", setting=a.setting, strategy=cfg["strategy"], model=cfg["model"],
+               clients=cfg["num-clients"], fraction=cfg["fraction-train"], rounds=a.rounds, local_steps=a.local_steps,
+               peak_tree_rss_mib=mon.peak_rss / 2**20, child_vmhwm_mib=hwm, per_round=per_round,
+               clients_with_state_on_disk=len(files), state_on_disk_mib=sum(f.stat().st_size for f in files) / 2**20,
+               train_seconds=[r.get("train-seconds") for r in rows if r["round"] > 0], wall_s=wall)
+
+
+if __name__ == "__main__":
+    main()
