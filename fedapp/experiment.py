@@ -14,6 +14,7 @@ import torch
 
 from fedapp.config import RunConfig
 from fedapp.data import Dataset, load_dataset, local_test_split, partition_indices, pfedhn_partitions, split_seen_unseen
+from fedapp.data.partitioners import half_classes_test_split
 from fedapp.models import build_model
 
 
@@ -51,17 +52,17 @@ def partitions(cfg: RunConfig) -> list[np.ndarray]:
 
 
 def test_partitions(cfg: RunConfig) -> list[np.ndarray]:
-    """Every client's indices into the dataset's test split, cut by the configured partitioner
-    (``local-test = "test-split"``)."""
+    """Every client's indices into the dataset's test split, cut like its training partition
+    (``local-test = "test-split"``, which the config allows with partition 'half-classes' only)."""
     return _test_partitions(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.seed, cfg.synthetic_alpha,
-                            cfg.synthetic_beta, cfg.partition)
+                            cfg.synthetic_beta)
 
 
 @lru_cache(maxsize=4)
-def _test_partitions(name: str, data_dir: str, num_clients: int, seed: int, s_alpha: float, s_beta: float,
-                     partition: str) -> list[np.ndarray]:
+def _test_partitions(name: str, data_dir: str, num_clients: int, seed: int, s_alpha: float,
+                     s_beta: float) -> list[np.ndarray]:
     ds = _dataset(name, data_dir, num_clients, seed, s_alpha, s_beta)
-    return partition_indices(partition, ds.test_y.numpy(), num_clients, seed)
+    return half_classes_test_split(ds.train_y.numpy(), ds.test_y.numpy(), num_clients, seed)
 
 
 @lru_cache(maxsize=4)
