@@ -128,6 +128,9 @@ COMMON_KEYS: tuple[Key, ...] = (
         "as FedSMOO's authors' simulator.", ("standard", "fl-simulator")),
     Key("unseen-fraction", float, 0.0, "Share of clients held out as new clients that never train.", low=0.0, high=0.9),
     Key("test-fraction", float, 0.2, "Share of each client's data kept as its local test split.", low=0.0, high=0.99),
+    Key("local-test", str, "split", "Where a client's local test set comes from: 'split' keeps test-fraction of its "
+        "partition; 'test-split' cuts the dataset's test split with the same partitioner (partition 'half-classes' "
+        "only: its class shares are fixed) and the client trains on its whole partition.", ("split", "test-split")),
     Key("model", str, "mlp", "Model name; input shape and class count follow the dataset.", _models),
     Key("local-epochs", int, 1, "Local epochs per round (used when local-steps is 0).", low=1),
     Key("local-steps", int, 0, "Local SGD steps per round; 0 means use local-epochs.", low=0),
@@ -245,6 +248,9 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         )
     if cfg.min_train_nodes > cfg.num_clients:
         raise ConfigError(f"run config 'min-train-nodes' = {cfg.min_train_nodes} exceeds 'num-clients' = {cfg.num_clients}")
+    if cfg.local_test == "test-split" and cfg.partition != "half-classes":
+        raise ConfigError(f"run config 'local-test' = 'test-split' needs partition 'half-classes' (fixed class shares), "
+                          f"not {cfg.partition!r}")
     if cfg.trim_fraction >= 0.5:
         raise ConfigError(f"run config 'trim-fraction' = {cfg.trim_fraction} is invalid: allowed is a float in [0, 0.5)")
     spec.strategy.check_config(cfg)

@@ -14,6 +14,7 @@ import torch
 
 from fedapp.config import RunConfig
 from fedapp.data import Dataset, load_dataset, local_test_split, partition_indices, pfedhn_partitions, split_seen_unseen
+from fedapp.data.partitioners import half_classes_test_split
 from fedapp.models import build_model
 
 
@@ -48,6 +49,20 @@ def partitions(cfg: RunConfig) -> list[np.ndarray]:
     return _partitions(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.seed, cfg.synthetic_alpha,
                        cfg.synthetic_beta, cfg.partition, cfg.partition_alpha, cfg.partition_classes,
                        cfg.partition_shards, cfg.partition_sigma)
+
+
+def test_partitions(cfg: RunConfig) -> list[np.ndarray]:
+    """Every client's indices into the dataset's test split, cut like its training partition
+    (``local-test = "test-split"``, which the config allows with partition 'half-classes' only)."""
+    return _test_partitions(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.seed, cfg.synthetic_alpha,
+                            cfg.synthetic_beta)
+
+
+@lru_cache(maxsize=4)
+def _test_partitions(name: str, data_dir: str, num_clients: int, seed: int, s_alpha: float,
+                     s_beta: float) -> list[np.ndarray]:
+    ds = _dataset(name, data_dir, num_clients, seed, s_alpha, s_beta)
+    return half_classes_test_split(ds.train_y.numpy(), ds.test_y.numpy(), num_clients, seed)
 
 
 @lru_cache(maxsize=4)
@@ -100,6 +115,9 @@ def client_data(cfg: RunConfig, pid: int, data_dir: str | None = None) -> Client
     train_idx, test_idx = local_test_split(np.asarray(idx), cfg.test_fraction, cfg.seed * 100003 + pid)
     if data_dir is not None and len(ds.test_y):  # a site's own test folder is its local test set
         train_idx, test_x, test_y = idx, ds.test_x, ds.test_y
+    elif cfg.local_test == "test-split":  # the whole partition trains; the test split is cut the same way
+        te = test_partitions(cfg)[pid]
+        train_idx, test_x, test_y = idx, ds.test_x[te], ds.test_y[te]
     else:
         test_x, test_y = ds.train_x[test_idx], ds.train_y[test_idx]
     return ClientData(pid, ds.train_x[train_idx], ds.train_y[train_idx], test_x, test_y,

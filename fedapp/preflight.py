@@ -80,7 +80,7 @@ def check_partitions(cfg: RunConfig, ds: Dataset) -> None:
         raise ConfigError(f"run config 'partition' = {cfg.partition!r} cannot split dataset {cfg.dataset!r} "
                           f"into 'num-clients' = {cfg.num_clients}: {str(err).strip().splitlines()[0]}") from None
     for pid in seen:
-        train, _ = local_test_split(parts[pid], cfg.test_fraction, 0)
+        train, _ = local_test_split(parts[pid], 0.0 if cfg.local_test == "test-split" else cfg.test_fraction, 0)
         if len(train) == 0:
             raise ConfigError(f"run config 'partition' = {cfg.partition!r} with 'num-clients' = {cfg.num_clients} "
                               f"gives client {pid} no training examples ({len(parts[pid])} in its partition); "

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fedapp.config import parse_run_config
-from fedapp.data.partitioners import hcct_shard_counts, partition_indices
+from fedapp.data.partitioners import half_classes_test_split, hcct_shard_counts, partition_indices
 from fedapp.experiment import dataset, model_for
 from fedapp.models import build_model
 from strategies.ifca import IFCA
@@ -130,3 +130,36 @@ def test_independent_with_partial_participation_keeps_every_client_alone(small_c
     run = run_local({**small_config, "strategy": "independent", "fraction-train": 0.5, "num-server-rounds": 1})
     assert run.history[1]["groups"] == [[0], [1], [2], [3]]
     assert len(run.updates) == 2  # half the clients trained; the others keep their models
+
+
+def test_table2_local_test_from_the_test_split():
+    # Table II: each client trains on its whole share; its local test set is the test split cut the
+    # same way (clients 1 and 2 share classes 0-4 as 1:4, on different examples; client 3 classes 5-9)
+    from fedapp.config import ConfigError
+    from fedapp.experiment import client_data, partitions
+
+    cfg = parse_run_config({"dataset": "synthetic", "partition": "half-classes", "num-clients": 3, "seed": 1,
+                            "test-fraction": 0.5, "local-test": "test-split"})
+    ds = dataset(cfg)
+    data = [client_data(cfg, p) for p in range(3)]
+    for p, d in enumerate(data):
+        assert torch.equal(d.train_y, ds.train_y[partitions(cfg)[p]])  # test-fraction unused
+    held = np.unique(ds.train_y.numpy())  # this synthetic draw lacks classes 1, 5, 7, 8 (0 in training only)
+    first = set(held[: len(held) // 2].tolist())  # the halves of the training classes, whatever the test split holds
+    test = [np.bincount(d.test_y.numpy(), minlength=ds.num_classes) for d in data]
+    total = np.bincount(ds.test_y.numpy(), minlength=ds.num_classes)
+    assert np.array_equal(test[0] + test[1] + test[2], total)  # every test example once
+    for c in range(ds.num_classes):
+        if c in first:
+            assert test[2][c] == 0 and abs(test[0][c] - total[c] / 5) <= 1
+        else:
+            assert test[0][c] == test[1][c] == 0
+    for d in data:  # a client is tested on the classes it trains on
+        assert set(d.test_y.tolist()) <= set(d.train_y.tolist())
+    with pytest.raises(ConfigError, match="'local-test' = 'test-split' needs partition 'half-classes'"):
+        parse_run_config({"partition": "iid", "local-test": "test-split"})
+    # CIFAR-10's class sizes over 100 (5,000 / 1,000 per class): 5,000 / 20,000 / 25,000 training and
+    # 1,000 / 4,000 / 5,000 test examples
+    train = partition_indices("half-classes", np.repeat(np.arange(10), 50), 3, 0)
+    test = half_classes_test_split(np.repeat(np.arange(10), 50), np.repeat(np.arange(10), 10), 3, 0)
+    assert [len(p) for p in train] == [50, 200, 250] and [len(p) for p in test] == [10, 40, 50]

@@ -142,13 +142,14 @@ class HalfClassesPartitioner(PrecomputedPartitioner):
     every class of the first half with shares proportional to (k+1)^2, which for three clients is
     the paper's 20% / 80% (so collaboration helps only among the first n-1 clients)."""
 
-    def __init__(self, num_partitions: int, seed: int) -> None:
+    def __init__(self, num_partitions: int, seed: int, classes: np.ndarray | None = None) -> None:
         if num_partitions < 2:
             raise ValueError(f"partitioner 'half-classes' needs num_partitions >= 2, got {num_partitions}")
         super().__init__(num_partitions, seed)
+        self._classes = classes  # whose halves to use; None: the classes present in the labels split
 
     def _split(self, labels, rng):
-        classes = np.unique(labels)
+        classes = np.unique(labels) if self._classes is None else self._classes
         first = set(classes[: len(classes) // 2].tolist())
         shares = np.arange(1, self._num_partitions) ** 2.0
         parts: list[list[np.ndarray]] = [[] for _ in range(self._num_partitions)]
@@ -420,6 +421,13 @@ def split_seen_unseen(num_clients: int, unseen_fraction: float, seed: int) -> tu
         n_unseen = min(num_clients, max(1, n_unseen))
     perm = np.random.default_rng(seed).permutation(num_clients)
     return sorted(map(int, perm[n_unseen:])), sorted(map(int, perm[:n_unseen]))
+
+
+def half_classes_test_split(train_labels: np.ndarray, test_labels: np.ndarray, n: int, seed: int) -> list[np.ndarray]:
+    """Each client's indices into the test split, cut by 'half-classes' with the halves of the
+    training classes (a class missing from one split must not move the halves)."""
+    return HalfClassesPartitioner(n, seed, np.unique(train_labels))._split(np.asarray(test_labels),
+                                                                          np.random.default_rng(seed))
 
 
 def local_test_split(indices: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
