@@ -12,7 +12,7 @@ from fedapp.experiment import dataset, model_for
 from fedapp.models import build_model
 from strategies.ifca import IFCA
 from fedapp.local import run_local
-from simulations.hcct.run import errors
+from simulations.hcct.report import errors
 
 
 def test_authors_models_have_their_parameter_counts():
