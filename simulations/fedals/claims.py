@@ -2,8 +2,9 @@
 
     python simulations/fedals/claims.py [--long RUNS_DIR]
 
-``--long`` first condenses the 2000-iteration ResNet-20 runs in RUNS_DIR (``<method>-seed=<s>/rounds.json``
-of ``run.py --sweep seed=S --set num-server-rounds=400``) into ``LONG`` (every evaluation's accuracy and
+``--long`` first condenses the 2000-iteration ResNet-20 runs in RUNS_DIR (``<method>-s<s>/rounds.json`` of
+``python -m simulations.run ... --seeds S --set num-server-rounds=400``; the earlier runner's ``<method>-seed=<s>``
+too) into ``LONG`` (every evaluation's accuracy and
 training loss, per run); the claim ``noniid-alpha10-over-fedavg`` is built from ``LONG`` (complete runs
 only, seeds on which both methods completed), the other claims from the 150-iteration runs in
 ``simulations/fedals/results/cpu-cifar10-resnet20``. Accuracy is the mean of the last 5 central
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,9 +28,12 @@ AUTHORS_LONG = {"fedavg": "authors-2000-alpha1.json", "fedals": "authors-2000-al
 def condense(runs_dir: Path) -> dict:
     """Per run: method, seed, lr, rounds done, every evaluation (round, accuracy, train loss), mean of the last 5."""
     runs = {}
-    for path in sorted(runs_dir.glob("*-seed=*/rounds.json")):
+    for path in sorted(runs_dir.glob("*/rounds.json")):
+        run = re.fullmatch(r"(.+)-(?:seed=|s)(\d+)", path.parent.name)
+        if run is None:
+            continue
         doc = json.loads(path.read_text())
-        method, _, seed = path.parent.name.rpartition("-seed=")
+        method, seed = run.groups()
         rows = doc["rounds"]
         evals = [[r["round"], r["central-accuracy"], r.get("train-loss")] for r in rows if "central-accuracy" in r]
         after = [acc for rnd, acc, _ in evals if rnd > 0][-5:]  # last5's rule, on the rows already read
@@ -88,10 +93,10 @@ def long_claim(runs: dict, tuning: dict, reference: dict | None = None) -> dict 
         "seeds": seeds,
         "holds": mean["fedals"] > mean["fedavg"],
         "setting": "simulations/fedals/cpu-cifar10-resnet20.toml",
-        "command": "python simulations/fedals/run.py simulations/fedals/cpu-cifar10-resnet20.toml --methods fedavg "
-                   "(then fedals) --sweep seed=S --lr-from simulations/fedals/results/cpu-cifar10-resnet20/"
-                   "lr-tuning.json --set num-server-rounds=400 eval-every=20; python simulations/fedals/claims.py "
-                   "--long results/fedals/cpu-cifar10-resnet20",
+        "command": "python -m simulations.run simulations/fedals/cpu-cifar10-resnet20.toml --methods "
+                   "simulations/fedals/methods/fedavg.toml (then fedals.toml) --seeds S --lr-from "
+                   "simulations/fedals/results/cpu-cifar10-resnet20/lr-tuning.json --set num-server-rounds=400 "
+                   "eval-every=20; python simulations/fedals/claims.py --long results/fedals/cpu-cifar10-resnet20",
         "lr": {m: tuning["winner"][m]["lr"] for m in ("fedavg", "fedals")},
     }
 
@@ -134,9 +139,10 @@ def main() -> None:
             "holds": als > avg,
             "setting": "simulations/fedals/cpu-cifar10-resnet20.toml",
             "command": "python simulations/fedals/tune_lr.py simulations/fedals/cpu-cifar10-resnet20.toml --methods "
-                       "fedavg fedals --rounds 5 --eval-every 5 --test-subset 1000 --max-extend 0; python "
-                       "simulations/fedals/run.py simulations/fedals/cpu-cifar10-resnet20.toml --methods fedavg "
-                       "(then fedals) --lr-from results/fedals/cpu-cifar10-resnet20/lr-tuning.json --set "
+                       "simulations/fedals/methods/fedavg.toml simulations/fedals/methods/fedals.toml --rounds 5 "
+                       "--eval-every 5 --test-subset 1000 --max-extend 0; python -m simulations.run "
+                       "simulations/fedals/cpu-cifar10-resnet20.toml --methods simulations/fedals/methods/fedavg.toml "
+                       "(then fedals.toml) --lr-from results/fedals/cpu-cifar10-resnet20/lr-tuning.json --set "
                        "num-server-rounds=30 eval-every=10",
             "lr": {m: tuning["winner"][m]["lr"] for m in ("fedavg", "fedals")},
         })
@@ -162,9 +168,10 @@ def main() -> None:
             "seeds": [0],
             "holds": all(acc[a] > acc["1"] for a in ("5", "10") if a in acc) and acc.get("25", -1.0) < acc["1"],
             "setting": "simulations/fedals/cpu-cifar10-resnet20.toml",
-            "command": "python simulations/fedals/run.py simulations/fedals/cpu-cifar10-resnet20.toml --methods "
-                       "fedals --sweep fedals.alpha=5,25 --lr-from results/fedals/cpu-cifar10-resnet20/lr-tuning.json "
-                       "--set num-server-rounds=30 eval-every=10 (alpha 1 and 10: the runs of the claim above)",
+            "command": "python -m simulations.run simulations/fedals/cpu-cifar10-resnet20.toml --methods "
+                       "simulations/fedals/methods/fedals.toml --sweep fedals.alpha=5,25 --lr-from "
+                       "results/fedals/cpu-cifar10-resnet20/lr-tuning.json --set num-server-rounds=30 eval-every=10 "
+                       "(alpha 1 and 10: the runs of the claim above)",
         })
     claims.append({
         "id": "table2-params",

@@ -1,7 +1,8 @@
 """Learning-rate search of the FedALS paper (Appendix E.3) on short probes, one per (method, lr).
 
     python simulations/fedals/tune_lr.py simulations/fedals/cpu-cifar10-resnet20.toml \
-        --methods fedavg fedals --rounds 10 --eval-every 5 --test-subset 1000
+        --methods simulations/fedals/methods/fedavg.toml simulations/fedals/methods/fedals.toml \
+        --rounds 10 --eval-every 5 --test-subset 1000
 
 E.3: start at 0.01, multiply and divide by powers of two, stop at a local optimum (a learning rate
 better than both neighbours). Here each method first probes 0.005, 0.01, 0.02; while the best is at
@@ -9,8 +10,9 @@ an edge of the probed grid the grid is extended by one factor of two in that dir
 ``--max-extend`` times. A probe is the run config cut to ``--rounds`` rounds, evaluated every
 ``--eval-every`` rounds on a fixed ``--test-subset`` images of the test set (the first ones of a
 seeded permutation); its score is the mean accuracy of the averaged model over its evaluations
-after round 0. Results, one row per probe as it ends, go to results/fedals/<stem>/lr-tuning.json
-together with each method's winner (read by run.py --lr-from).
+after round 0. A method is a run-config file layered on the setting file, as in ``simulations/run.py``.
+Results, one row per probe as it ends, go to results/fedals/<stem>/lr-tuning.json together with each
+method's winner (read by ``python -m simulations.run ... --lr-from``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import argparse
 import json
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 import torch
@@ -29,8 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 import strategies.base  # noqa: E402
 from fedapp.local import run_local  # noqa: E402
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import METHODS, flat  # noqa: E402
+from simulations.run import overrides, read  # noqa: E402
 
 
 def subset_evaluate(n: int, seed: int = 0):
@@ -46,7 +46,8 @@ def subset_evaluate(n: int, seed: int = 0):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("config", type=Path)
-    ap.add_argument("--methods", nargs="+", default=["fedavg", "fedals"], choices=METHODS)
+    ap.add_argument("--methods", nargs="+", type=Path, help="method files (simulations/fedals/methods/*.toml)",
+                    default=[ROOT / "simulations/fedals/methods" / f"{m}.toml" for m in ("fedavg", "fedals")])
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--test-subset", type=int, default=2000)
@@ -55,8 +56,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     strategies.base.evaluate = subset_evaluate(args.test_subset)
-    base = flat(tomllib.loads(args.config.read_text()))
-    base.update(flat(tomllib.loads("\n".join(args.set))))
+    base = read(args.config) | overrides(args.set)
     base.update({"num-server-rounds": args.rounds, "eval-every": args.eval_every, "checkpoint-every": 0})
     out = ROOT / "results" / "fedals" / args.config.stem
     out.mkdir(parents=True, exist_ok=True)
@@ -64,13 +64,14 @@ def main() -> None:
                                                  "test-subset": args.test_subset, "seed": base.get("seed", 0)},
            "probes": [], "winner": {}}
     path = out / "lr-tuning.json"
-    for method in args.methods:
+    for method_file in args.methods:
+        method, layer = method_file.stem, read(method_file)
         scores: dict[float, float] = {}
 
         def probe(lr: float) -> None:
             name = f"probe-{method}-lr{lr:g}"
             t0 = time.time()
-            strategy = run_local({**base, **METHODS[method], "lr": lr, "results-dir": str(out / "probes"),
+            strategy = run_local({**base, **layer, "lr": lr, "results-dir": str(out / "probes"),
                                   "run-name": name})
             accs = [r["central-accuracy"] for r in strategy.history if r["round"] > 0 and "central-accuracy" in r]
             scores[lr] = sum(accs) / len(accs)

@@ -4,7 +4,7 @@
         --seeds 20 21 --target 0.3 0.35 --reference /work/runs/fedsmoo/simulator \
         --claims docs/results/fedsmoo.claims.json
 
-Reads ``<results-dir>/<method>-s<seed>/rounds.json`` (written by ``sweep.py``) and, with ``--reference``, the
+Reads ``<results-dir>/<method>-s<seed>/rounds.json`` (written by ``python -m simulations.run``) and, with ``--reference``, the
 authors' simulator's runs of the same setting (``<Method>-s<seed>.json`` from ``fl_simulator_reduced.py``). The
 column (and claim id) follows from the file's partition: Dirichlet u = 0.1 is ``table1-ordering``, pathological
 c = 3 is ``table1-ordering-path3``. The claim holds when FedSMOO has the highest and FedAvg the lowest mean final
@@ -173,7 +173,7 @@ def main() -> None:
     if a.claims:
         path = Path(a.claims)
         claims = json.loads(path.read_text()) if path.exists() else []
-        command = (f"python simulations/fedsmoo/sweep.py {a.config} --methods {' '.join(METHODS)} --seeds <seed> "
+        command = (f"python -m simulations.run {a.config} --methods {' '.join(METHODS)} --seeds <seed> "
                    f"--target {a.target[0]} (for each seed); ")
         if a.reference:
             command += (f"/work/anchors/venv/bin/python simulations/fedsmoo/fl_simulator_reduced.py --simulator "

@@ -6,7 +6,7 @@
 ``collect`` copies <runs>/{table2,fmnist,fmnist-softmax}/summary.json (with the parallel sweeps
 <runs>/<name>-chain*/summary.json merged in) into simulations/hcct/summaries/ and adds to
 every HCCT row its groups in each epoch (from the run's rounds.json). Errors are local test errors
-in %, as run.py writes them; the claims file holds them as fractions.
+in %, as simulations/hcct/report.py summarises a run; the claims file holds them as fractions.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ TABLE2 = {
     "pattern-13": ("Partial (1,3)", ["96.14±4.81", "26.12±0.29", "16.21±0.67"], "46.15", "35.58"),
     "pattern-23": ("Partial (2,3)", ["39.42±3.72", "56.84±3.62", "27.30±1.85"], "41.18", "12.32"),
 }
-# the groups (partition ids) each fixed pattern of table2.toml trains in
+# the groups (partition ids) each fixed pattern of table2/ trains in
 PATTERN_GROUPS = {"independent": [[0], [1], [2]], "global": [[0, 1, 2]], "pattern-12": [[0, 1], [2]],
                   "pattern-13": [[0, 2], [1]], "pattern-23": [[0], [1, 2]]}
 # Table IV of the paper, FMNIST and CIFAR-10 columns (local test error %)
@@ -103,8 +103,8 @@ def table2_claim(rs: list[dict]) -> tuple[dict, str]:
                   "mean-error": {m: frac(float(v[2])) for m, v in TABLE2.items()},
                   "client-error": {m: [frac(mean_of(c)) for c in v[1]] for m, v in TABLE2.items()}},
         "reference_code": None,
-        "setting": "simulations/hcct/table2.toml",
-        "command": "/work/bin/heavy python simulations/hcct/run.py simulations/hcct/table2.toml --seeds "
+        "setting": "simulations/hcct/table2",
+        "command": "/work/bin/heavy python -m simulations.run simulations/hcct/table2/*.toml --seeds "
                    + " ".join(map(str, seeds or [0])) + " --out /work/runs/hcct/table2",
     }
     done = sorted({(r["method"], r["seed"]) for r in rs})
@@ -187,12 +187,12 @@ def close_claim(cid: str, rs: list[dict], a: str, b: str, column: int, claim: st
 
 
 def softmax_note(rs: list[dict]) -> str:
-    """Our HCCT and Global with the authors' softmax-output MLP (fmnist-softmax.toml), beside the claim."""
+    """Our HCCT and Global with the authors' softmax-output MLP (fmnist-softmax/), beside the claim."""
     seeds = sorted({r["seed"] for r in rs if r["method"] == "hcct"} & {r["seed"] for r in rs if r["method"] == "global"})
     if not seeds:
         return ""
     m = {k: np.mean([r["error"] for r in rs if r["method"] == k and r["seed"] in seeds]) for k in ("hcct", "global")}
-    return (f"; ours with the authors' softmax-output MLP (fmnist-softmax.toml, seeds {seeds}): HCCT {m['hcct']:.2f}%, "
+    return (f"; ours with the authors' softmax-output MLP (fmnist-softmax/, seeds {seeds}): HCCT {m['hcct']:.2f}%, "
             f"Global {m['global']:.2f}%, gap {m['hcct'] - m['global']:.2f} points (not part of this claim's reading)")
 
 
@@ -235,7 +235,7 @@ def main() -> None:
     t2, t2_md = table2_claim(rows("table2"))
     old, old_md = table2_claim(rows("table2-train20"))
     if old["seeds"]:
-        t2["note"] = "; ".join(x for x in (t2.get("note"), f"the earlier reading table2-train20.toml (20% of each share trains: 1,000 / 4,000 / 5,000), "
+        t2["note"] = "; ".join(x for x in (t2.get("note"), f"the earlier reading table2-train20/ (20% of each share trains: 1,000 / 4,000 / 5,000), "
                       f"seeds {old['seeds']}: our best pattern {old['ours']['best-pattern']}, HCCT's groups in epoch "
                       f"10 {old['ours']['hcct-groups-epoch-10']}, holds {old['holds']} (not part of this claim's reading)") if x)
     fm = rows("fmnist")
@@ -251,8 +251,9 @@ def main() -> None:
                         "code": "hiyuchang/HCCT 5c5b4d53 main_cluster.py, --iid selecting their imbalanced_iid "
                                 "(one edit), their softmax-output MLP",
                         "summary": "simulations/hcct/summaries/authors-fmnist-s0.json"},
-        setting="simulations/hcct/fmnist.toml",
-        command="/work/bin/heavy python simulations/hcct/run.py simulations/hcct/fmnist.toml --methods hcct global",
+        setting="simulations/hcct/fmnist",
+        command="/work/bin/heavy python -m simulations.run simulations/hcct/fmnist/hcct.toml "
+                "simulations/hcct/fmnist/global.toml --seeds 0 1 2 3 4",
         note=f"the authors' code, seed 0: gap {authors['hcct']['error'] - authors['global']['error']:.2f} points"
              + softmax_note(rows("fmnist-softmax")))
     cifar = close_claim(
@@ -263,15 +264,15 @@ def main() -> None:
         reference_code=None,
         note="measured at a cut only: 5 epochs (not 50), seed 0 (not 5 seeds); HCCT kept every client alone "
              "every epoch",
-        setting="simulations/hcct/cifar10-5epochs.toml",
-        command="/work/bin/heavy python simulations/hcct/run.py simulations/hcct/cifar10-5epochs.toml --methods hcct "
-                "independent --seeds 0")
+        setting="simulations/hcct/cifar10-5epochs",
+        command="/work/bin/heavy python -m simulations.run simulations/hcct/cifar10-5epochs/hcct.toml "
+                "simulations/hcct/cifar10-5epochs/independent.toml --seeds 0")
     claims = [{k: c[k] for k in ORDER if k in c} for c in (t2, fmnist, cifar, golden_claim())]
     (ROOT / "docs" / "results" / "hcct.claims.json").write_text(json.dumps(claims, indent=1, ensure_ascii=False) + "\n")
     print("## Table II\n\n" + (t2_md or "(no complete seed)")
-          + "\n\n## Table II, table2-train20.toml\n\n" + (old_md or "(no complete seed)")
+          + "\n\n## Table II, table2-train20/\n\n" + (old_md or "(no complete seed)")
           + "\n\n## FMNIST, Table IV\n\n" + fmnist_table(fm)
-          + "\n\n## FMNIST, the authors' softmax-output MLP (fmnist-softmax.toml)\n\n"
+          + "\n\n## FMNIST, the authors' softmax-output MLP (fmnist-softmax/)\n\n"
           + fmnist_table(rows("fmnist-softmax"), ("hcct", "global")))
     for c in claims:
         print(f"{c['id']}: holds={c['holds']} seeds={c['seeds']} ours={json.dumps(c['ours'])}")

@@ -1,4 +1,4 @@
-"""Summarise the CIFAR-10 / 100-client runs (simulations/pefll/cifar10-100c-authors.toml) into the
+"""Summarise the CIFAR-10 / 100-client runs (simulations/pefll/cifar10-100c-authors/) into the
 small files docs/results/pefll.md quotes, and the claims file.
 
     python simulations/pefll/summarize.py /work/runs/pefll/s400 --reference /work/runs/pefll/authors-code/unmasked
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-SETTING = "simulations/pefll/cifar10-100c-authors.toml"
+SETTING = "simulations/pefll/cifar10-100c-authors"  # one run-config file per method
 ANCHOR = Path("/work/shared/anchors/results/PeFLL_c100_seen90_steps100.json")
 COLUMNS = {"seen": "fed-seen-unmasked-accuracy", "new": "fed-unseen-unmasked-accuracy",
            "seen_masked": "fed-seen-accuracy", "new_masked": "fed-unseen-accuracy",
@@ -76,7 +76,7 @@ def at_step(runs: dict, method: str, step: int, key: str) -> tuple[float | None,
 
 def claims(runs: dict, reference: dict) -> list[dict]:
     """The four claims; one that was not measured stays with ``ours: null``, holds false and a note."""
-    cmd = (f"python simulations/pefll/run.py {SETTING} --methods pefll fedavg --seed S --out OUT; "
+    cmd = (f"python -m simulations.run {SETTING}/pefll.toml {SETTING}/fedavg.toml --seeds S --out OUT; "
            "python simulations/pefll/summarize.py OUT")
     missing = "not measured in this session (heavy-run budget; see docs/results/pefll.md)"
     # the last step both PeFLL and FedAvg evaluated on the same seeds
@@ -118,7 +118,7 @@ def claims(runs: dict, reference: dict) -> list[dict]:
         {"pfedhn_seen": PAPER["pfedhn_seen"], "pfedhn_unseen": PAPER["pfedhn_new"], "steps": 5000},
         None if hn_s is None else {"pfedhn_seen": hn_s, "pfedhn_unseen": hn_n, "steps": hn_steps},
         hn_seeds, lambda: hn_s - hn_n >= 0.10,
-        f"python simulations/pefll/run.py {SETTING} --methods pfedhn --seed 0 --out OUT"))
+        f"python -m simulations.run {SETTING}/pfedhn.toml --seeds 0 --out OUT"))
     out.append(matches_authors(runs, reference))
     ref = json.loads(ANCHOR.read_text()) if ANCHOR.exists() else None
     rs = ref["steps_timed"] if ref else 100
@@ -140,7 +140,7 @@ def claims(runs: dict, reference: dict) -> list[dict]:
         "holds": bool(measured and abs(ours_s - ref["final_accuracy"]) <= 0.05
                       and abs(ours_n - ref["final_accuracy_unseen"]) <= 0.05),
         **({} if measured else {"note": missing}), "setting": SETTING,
-        "command": f"python simulations/pefll/run.py {SETTING} --methods pefll --seed S --out OUT"})
+        "command": f"python -m simulations.run {SETTING}/pefll.toml --seeds S --out OUT"})
     return out
 
 
@@ -187,7 +187,7 @@ def matches_authors(runs: dict, reference: dict) -> dict:
         "holds": bool(measured and abs(ours_s - ref_s) <= 0.05 and abs(ours_n - ref_n) <= 0.05),
         **({} if measured else {"note": "the authors' code was not run unmasked on these seeds"}),
         "setting": SETTING,
-        "command": f"python simulations/pefll/run.py {SETTING} --methods pefll --seed S --out OUT; "
+        "command": f"python -m simulations.run {SETTING}/pefll.toml --seeds S --out OUT; "
                    "ANCHOR_THREADS=1 bash ../shared/anchors/run_PeFLL.sh 100 50 --seed S --mask-absent False"}
 
 
