@@ -17,8 +17,8 @@ method's tuned lr (``--lr-from``), one ``--sweep`` value and one of ``--seeds``.
 without ``--seeds`` the file's seed is used and the name has no seed. Each run writes
 ``<out>/<name>/rounds.json`` as its rounds end, and when it finishes one row (run, method, seed,
 seconds and the paper's summary of its rounds) to ``<out>/summary.json``; runs already there are not
-run again, so a stopped sweep resumes. ``<out>``: ``--out``, else the file's own ``results-dir``, else
-``results/<paper>/<setting>``. The summary and the tables are the paper's (``--report``, by default the
+run again, so a stopped sweep resumes. ``<out>``: ``--out``, else the ``results-dir`` of FILE and
+``--set``, else ``results/<paper>/<setting>``. The summary and the tables are the paper's (``--report``, by default the
 folder ``simulations/<paper>/`` of the first FILE): ``simulations/<paper>/report.py``.
 """
 
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
 
     report = importlib.import_module(f"simulations.{args.report or paper_of(args.files[0])}.report")
     runs = plan(args)
-    out = args.out or default_out(args.files[0], read(args.files[0]))
+    out = args.out or default_out(args.files[0], read(args.files[0]) | overrides(args.set))
     summary_file = out / "summary.json"
     rows = json.loads(summary_file.read_text()) if summary_file.exists() else []
     if args.curves:
