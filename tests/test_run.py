@@ -13,7 +13,7 @@ from fedapp.local import run_local
 from simulations import run as runner
 from tests.conftest import ROOT
 
-SETTINGS = sorted(p for p in (ROOT / "simulations").rglob("*.toml") if p.name != "golden.toml")
+SETTINGS = sorted((ROOT / "simulations").rglob("*.toml"))
 # the keys that make a setting's data and task: every method file of one setting folder shares them
 DATA_KEYS = ("dataset", "partition", "partition-classes", "partition-alpha", "partition-shards", "partition-sigma",
              "num-clients", "unseen-fraction", "test-fraction", "local-test", "model", "batch-size", "data-augment")

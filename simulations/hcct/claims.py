@@ -199,7 +199,7 @@ def softmax_note(rs: list[dict]) -> str:
 def golden_claim() -> dict:
     """Our strategy and client on the golden setting against the authors' stored groups and models."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from test_hcct_golden import GOLDEN, SETTING, run_ours
+    from test_hcct_golden import ALPHAS, GOLDEN, SETTING, run_ours
 
     same, diff = True, 0.0
     for alpha, theirs in GOLDEN["runs"].items():
@@ -213,8 +213,8 @@ def golden_claim() -> dict:
         "claim": "Our HCCT forms the same groups and group models as the authors' code (hiyuchang/HCCT 5c5b4d53) "
                  "on an identical tiny setting.",
         "paper": {},
-        "ours": {"groups-equal": same, "max-abs-model-difference": float(f"{diff:.3g}"), "alphas": SETTING["alphas"],
-                 "clients": SETTING["base"]["num-clients"], "epochs": SETTING["base"]["num-server-rounds"]},
+        "ours": {"groups-equal": same, "max-abs-model-difference": float(f"{diff:.3g}"), "alphas": ALPHAS,
+                 "clients": SETTING["num-clients"], "epochs": SETTING["num-server-rounds"]},
         "reference_code": {"groups": show_groups, "fixture": "tests/data/hcct_authors_golden.json",
                            "producer": "simulations/hcct/authors_golden.py"},
         "seeds": [0],
