@@ -11,7 +11,8 @@ from pathlib import Path
 def summarize(history: list[dict], config: dict, args=None) -> dict:
     evals = [r for r in history if r["round"] > 0 and "central-accuracy" in r][-5:]
     last = history[-1]
-    params = (last.get("total-train-params-down", 0) + last.get("total-train-params-up", 0)) / config.get("num-clients", 10)
+    params = last.get("total-train-params-down", 0) + last.get("total-train-params-up", 0)
+    params /= config.get("num-clients", 10)
     return {"rounds": last["round"], "acc-last5": sum(r["central-accuracy"] for r in evals) / len(evals),
             "acc-last": evals[-1]["central-accuracy"], "train-params-per-client": params,
             "train-bytes": last.get("total-train-bytes-down", 0) + last.get("total-train-bytes-up", 0),
@@ -29,5 +30,6 @@ def table(out: Path, rows: list[dict], methods: list[str], args=None) -> str:
     for name, doc in runs.items():
         r = summarize([row for row in doc["rounds"] if row["round"] <= upto], doc["config"])
         lines.append(f"| {name} | {r['rounds']} | {r['acc-last5']:.4f} | {r['acc-last']:.4f} | "
-                     f"{r['train-params-per-client'] / 1e6:.3f}M | {r['train-bytes'] / 1e6:.1f} | {r['eval-bytes'] / 1e6:.1f} |")
+                     f"{r['train-params-per-client'] / 1e6:.3f}M | {r['train-bytes'] / 1e6:.1f} | "
+                     f"{r['eval-bytes'] / 1e6:.1f} |")
     return "\n".join(lines)

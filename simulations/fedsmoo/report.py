@@ -32,7 +32,8 @@ def table(out: Path, rows: list[dict], methods: list[str], args) -> str:
             history = json.loads((out / r["run"] / "rounds.json").read_text())["rounds"]
             results.setdefault(r["method"], []).append(summarize(history, {}, args))
     target = args.target
-    lines = [f"| method | final acc | best acc | rounds to {target:.0%} | MB down/round | MB up/round | s/round (train) |",
+    lines = [f"| method | final acc | best acc | rounds to {target:.0%} | MB down/round | MB up/round "
+             "| s/round (train) |",
              "|---|---|---|---|---|---|---|"]
     for method, runs in results.items():
         def fmt(key, scale=1.0, digits=4):

@@ -1,4 +1,4 @@
-"""Summarise logs of the HCCT authors' main_cluster.py into run.py's summary rows.
+"""Summarise logs of the HCCT authors' main_cluster.py into the summary rows of simulations/hcct/report.py.
 
     python simulations/hcct/authors_log.py hcct:/work/runs/hcct/authors-fmnist-hcct-s0.log ... > out.json
 

@@ -51,7 +51,8 @@ def table(out: Path, rows: list[dict], methods: list[str], args) -> str:
 
 
 def method_table(rows: list[dict], methods: list[str]) -> str:
-    lines = ["| method | seeds | epochs | error after last epoch | best epoch per client | client std | min | max | s/epoch |",
+    lines = ["| method | seeds | epochs | error after last epoch | best epoch per client | client std | min | max "
+             "| s/epoch |",
              "|---|---|---|---|---|---|---|---|---|"]
     for method in dict.fromkeys(methods):
         rs = [r for r in rows if r["method"] == method]
