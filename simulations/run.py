@@ -10,16 +10,19 @@ per finished run, and the paper's tables from those rows.
         simulations/fedals/methods/fedals.toml --sweep fedals.alpha=5,25 --set num-server-rounds=30
 
 Every FILE is a plain run config, read with Flower's own parser: ``flwr run . --run-config FILE`` runs
-the same configuration. A run's config is, in this order: FILE, ``--set`` (Flower's ``key=value``
-syntax), the method (``--methods``: a strategy name, or a small run-config file layered on top), the
-method's tuned lr (``--lr-from``), one ``--sweep`` value and one of ``--seeds``. The run is named
+the same configuration (Flower takes one file per run: a method file layered on a setting runs as
+``python -m fedapp.launch --run-config "SETTING.toml METHOD.toml"``). A run's config is, in this
+order: FILE, ``--set`` (Flower's ``key=value`` syntax), the method (``--methods``: a strategy name, or a
+small run-config file layered on top), the method's tuned lr (``--lr-from``), one ``--sweep`` value and
+one of ``--seeds``. The run is named
 ``<method>[-KEY=VALUE][-s<seed>]``, method being FILE's stem or the ``--methods`` entry (a file's stem);
 without ``--seeds`` the file's seed is used and the name has no seed. Each run writes
 ``<out>/<name>/rounds.json`` as its rounds end, and when it finishes one row (run, method, seed,
 seconds and the paper's summary of its rounds) to ``<out>/summary.json``; runs already there are not
 run again, so a stopped sweep resumes. ``<out>``: ``--out``, else the ``results-dir`` of FILE and
-``--set``, else ``results/<paper>/<setting>``. The summary and the tables are the paper's (``--report``, by default the
-folder ``simulations/<paper>/`` of the first FILE): ``simulations/<paper>/report.py``.
+``--set``, else ``results/<paper>/<setting>``. The summary and the tables are the paper's
+(``--report``, by default the folder ``simulations/<paper>/`` of the first FILE):
+``simulations/<paper>/report.py``.
 """
 
 from __future__ import annotations
@@ -121,7 +124,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--target", type=float, default=0.5, help="(fedsmoo) central accuracy for 'rounds to target'")
     p.add_argument("--upto-round", type=int, help="(fedsmoo) tabulate rounds 1..N only")
     args = p.parse_args(argv)
-    from fedapp.config import parse_run_config
+    from fedapp.config import ConfigError, parse_run_config
+
+    named = [*args.files, *(m for m in args.methods or [] if m.endswith(".toml")), *[args.lr_from] * bool(args.lr_from)]
+    missing = [str(f) for f in named if not Path(f).is_file()]
+    if missing:
+        raise SystemExit(f"no such file: {', '.join(missing)}")
 
     report = importlib.import_module(f"simulations.{args.report or paper_of(args.files[0])}.report")
     runs = plan(args)
@@ -135,7 +143,10 @@ def main(argv: list[str] | None = None) -> None:
         print(report.table(out, rows, [m for _, m, _ in runs], args))
         return
     for name, _, config in runs:  # every run's config checked before the first starts
-        parse_run_config({**config, "results-dir": str(out), "run-name": name})
+        try:
+            parse_run_config({**config, "results-dir": str(out), "run-name": name})
+        except ConfigError as err:
+            raise SystemExit(f"run {name}: {err}") from None
     import torch
 
     from fedapp.local import run_local
