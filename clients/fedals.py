@@ -20,16 +20,21 @@ class FedALSClient(FedClient):
 
     keep_optimizer_state = True
 
-    def __init__(self, cfg, model, data, state=None, device="cpu"):
-        super().__init__(cfg, model, data, state, device)
-        self.body_keys, self.head_keys = split_model(cfg, model)
+    @property
+    def body_keys(self) -> list[str]:
+        """The body's state keys, as the message's ``body-layers`` and ``layer-groups`` split the model."""
+        return split_model(self.model, self.setting("body-layers"), self.setting("layer-groups"))[0]
+
+    @property
+    def head_keys(self) -> list[str]:
+        return split_model(self.model, self.setting("body-layers"), self.setting("layer-groups"))[1]
 
     def make_optimizer(self, lr):
-        """SGD with momentum; Nesterov's variant with ``fedals.nesterov`` (the paper's Table 4; the
-        authors' code uses plain heavy-ball momentum)."""
+        """SGD with momentum; Nesterov's variant with ``nesterov`` (the paper's Table 4; the authors'
+        code uses plain heavy-ball momentum)."""
         opt = super().make_optimizer(lr)
         for group in opt.param_groups:
-            group["nesterov"] = self.cfg.algo("nesterov")
+            group["nesterov"] = self.setting("nesterov")
         return opt
 
     def part(self, tensors: Tensors, keys: list[str]) -> Tensors:
@@ -54,7 +59,8 @@ class FedALSClient(FedClient):
             out["body"] = self.part(tensors, self.body_keys)
         return out
 
-    def evaluate(self, payload: Payload, config: dict):
+    def evaluate(self, payload: Payload, config: dict) -> tuple[Payload, dict[str, float]]:
+        self.config = config
         if config.get("collect-body"):  # the server averages all bodies to evaluate the mean model
             self.load_model({})
             return ({"body": self.part(self.model_tensors(), self.body_keys)},
@@ -72,6 +78,11 @@ class FedALSScaffoldClient(FedALSClient, ScaffoldClient):
     eta / (1 - beta) (see ``control_lr``). State: c_i (``control``), c_phi (``control-body``),
     that body and the step count since (``body-anchor``, ``body-steps``).
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.body_params: list[str] = []  #: trainable keys of the body (control variates live on these)
+        self.head_params: list[str] = []  #: and of the head
 
     def receive(self, payload: Payload, config: dict) -> None:
         self.load_model(payload)
@@ -91,7 +102,7 @@ class FedALSScaffoldClient(FedALSClient, ScaffoldClient):
         """Step size that turns a displacement into a gradient in option II: with heavy-ball
         momentum beta each step moves about lr / (1 - beta) times the gradient, so the paper's
         1 / (eta tau) would make c about 1 / (1 - beta) times too large (diverged at beta = 0.9)."""
-        return lr / (1.0 - self.cfg.momentum)
+        return lr / (1.0 - self.setting("momentum"))
 
     # ---- the authors' code (fedals.scaffold-variant = "authors" / "authors-copy") ----------
     # Each local step is the plain (momentum) SGD step followed by a separate momentum-free step
@@ -101,12 +112,12 @@ class FedALSScaffoldClient(FedALSClient, ScaffoldClient):
     # so x_pre - x = 0 after a client's first synchronisation ("authors"); "authors-copy" is the same
     # rule with x_pre a real copy.
     def correct_gradient(self) -> None:
-        if self.cfg.algo("scaffold-variant") == "algorithm4":
+        if self.setting("scaffold-variant") == "algorithm4":
             super().correct_gradient()
 
     def make_optimizer(self, lr):
         opt = super().make_optimizer(lr)
-        if self.cfg.algo("scaffold-variant") != "algorithm4":
+        if self.setting("scaffold-variant") != "algorithm4":
             def control_step(optimizer, args, kwargs):
                 with torch.no_grad():
                     for name, p in self.params.items():
@@ -115,7 +126,7 @@ class FedALSScaffoldClient(FedALSClient, ScaffoldClient):
         return opt
 
     def end_fit(self, payload: Payload, config: dict) -> None:
-        variant = self.cfg.algo("scaffold-variant")
+        variant = self.setting("scaffold-variant")
         if variant != "algorithm4":
             FedALSClient.end_fit(self, payload, config)
             synced = (self.body_params if config.get("sync-body") else []) + self.head_params

@@ -24,6 +24,11 @@ class FedSMOOClient(FedSpeedClient):
     ``state["perturbation-dual"]``, lambda_i in ``state["dual"]``.
     """
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.global_perturbation: Tensors = {}  #: s
+        self.mu: Tensors = {}  #: mu_i
+
     def receive(self, payload: Payload, config: dict) -> None:
         super().receive(payload, config)
         self.global_perturbation = {k: v.to(self.device) for k, v in payload["perturbation"].items()}
@@ -43,7 +48,7 @@ class FedSMOOClient(FedSpeedClient):
         self.state["perturbation-dual"] = {k: v.cpu().clone() for k, v in self.mu.items()}
 
     def reply(self, payload: Payload, config: dict) -> Payload:
-        if self.cfg.algo("simulator-perturbation"):
+        if self.setting("simulator-perturbation"):
             local = self.mu
         else:
             local = {k: self.mu[k] - self.s_hat[k] for k in self.mu}

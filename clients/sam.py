@@ -17,8 +17,12 @@ from fedapp.records import Tensors
 class SAMClient(FedClient):
     """Each minibatch: g at w, s_hat = rho * d(g)/||d(g)||, then the gradient at w + s_hat.
 
-    ``rho`` is the algorithm's ``<prefix>.rho``. The returned loss is the one at w.
+    ``rho`` comes in the message's config (the algorithm's ``<prefix>.rho`` at the server). The returned loss is the one at w.
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.s_hat: Tensors = {}  #: the last step's perturbation
 
     def sam_direction(self, grad: Tensors) -> Tensors:
         """What the perturbation normalises: the gradient itself for plain SAM."""
@@ -32,7 +36,7 @@ class SAMClient(FedClient):
         loss = self.loss(x, y)
         loss.backward()
         grad = {k: p.grad.detach().clone() for k, p in params.items()}
-        self.s_hat = perturbation(self.sam_direction(grad), self.cfg.algo("rho"))
+        self.s_hat = perturbation(self.sam_direction(grad), self.setting("rho"))
         self.perturbed(self.s_hat)
         saved = self.param_tensors()
         with torch.no_grad():

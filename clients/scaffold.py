@@ -21,6 +21,14 @@ class ScaffoldClient(FedClient):
     at first) persists in ``state["control"]``.
     """
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.anchor: Tensors = {}  #: x, the received model
+        self.control: Tensors = {}  #: c
+        self.client_control: Tensors = {}  #: c_i
+        self.correction: Tensors = {}  #: c - c_i, added to every step's gradient
+        self.control_delta: Tensors = {}  #: Delta c_i, sent back
+
     def receive(self, payload: Payload, config: dict) -> None:
         super().receive(payload, config)
         self.anchor = self.param_tensors()

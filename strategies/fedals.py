@@ -45,6 +45,7 @@ class FedALS(FedStrategy):
             ("algorithm4", "authors", "authors-copy")),
         Key("nesterov", bool, False, "Nesterov momentum (the paper's Table 4) instead of heavy-ball (the authors' code)."),
     )
+    client_keys = ("body-layers", "layer-groups", "nesterov")
     checkpoint_attrs = ("body_round", "body_pids", "client_body")
     global_model = False  # the clients keep their own bodies between body averages
 
@@ -56,7 +57,7 @@ class FedALS(FedStrategy):
     def __init__(self, cfg, model, dataset=None):
         super().__init__(cfg, model, dataset)
         try:
-            self.body_keys, self.head_keys = split_model(cfg, model)
+            self.body_keys, self.head_keys = split_model(model, cfg.algo("body-layers"), cfg.algo("layer-groups"))
         except ValueError as err:
             raise ConfigError(f"run config 'fedals.body-layers' = {cfg.algo('body-layers')} is invalid: {err}") from None
         self.alpha: int = cfg.algo("alpha")
@@ -113,8 +114,9 @@ class FedALS(FedStrategy):
         if self.body_round == server_round and self.body_pids == set(pool):
             return self.global_state
         spec = spec_of({"body": self.body})
-        valid = self.round_trip(grid, server_round, dict.fromkeys(pool, {}), {"collect-body": True}, lambda pid: spec,
-                                MessageType.EVALUATE, "eval")
+        valid = self.round_trip(grid, server_round, dict.fromkeys(pool, {}),
+                                lambda pid: {**self.eval_config(pid, server_round), "collect-body": True},
+                                lambda pid: spec, MessageType.EVALUATE, "eval")
         if not valid:
             return self.global_state
         weights = [self.clients[r.pid].num_train if self.weighted else 1.0 for r in valid]
@@ -151,6 +153,7 @@ class FedALSScaffold(FedALS, Scaffold):
     every round and c_phi with the body; "control-delta" carries the Delta c of the parts averaged.
     """
 
+    client_keys = FedALS.client_keys + ("scaffold-variant",)
     checkpoint_attrs = FedALS.checkpoint_attrs + Scaffold.checkpoint_attrs
     weighted = FedALS.weighted
 

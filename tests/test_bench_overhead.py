@@ -52,7 +52,6 @@ def test_fedsmoo_floor_steps_are_sam_steps_of_the_client_radius():
     import torch
 
     from clients.sam import SAMClient
-    from fedapp.config import parse_run_config
     from simulations.bench.floor import sam_gradient
     from simulations.bench.overhead import sam_rho
 
@@ -61,7 +60,7 @@ def test_fedsmoo_floor_steps_are_sam_steps_of_the_client_radius():
     model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3))
     x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
     client = SAMClient.__new__(SAMClient)
-    client.model, client.cfg = model, parse_run_config({"strategy": "fedsam", "fedsam.rho": 0.1})
+    client.model, client.config = model, {"rho": 0.1}  # the radius as the message carries it
     before = [p.detach().clone() for p in model.parameters()]
     client.compute_gradient(x, y)
     ref = [p.grad.clone() for p in model.parameters()]

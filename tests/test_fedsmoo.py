@@ -12,6 +12,7 @@ from clients.fedsmoo import FedSMOOClient
 from fedapp.client_app import app
 from fedapp.config import parse_run_config
 from fedapp.experiment import model_for
+from fedapp import registry
 from fedapp.local import InProcessGrid, run_local
 from strategies.base import ClientInfo, Reply
 from strategies.fedavg import FedAvg
@@ -28,7 +29,9 @@ class Vector(torch.nn.Module):
 
 
 def quadratic(cls, run_config, w):
-    client = cls(parse_run_config(run_config), Vector(w), data=None)
+    cfg = parse_run_config(run_config)
+    client = cls(cfg, Vector(w), data=None)
+    client.config = registry.get(cfg.strategy).strategy.client_settings(cfg)  # what the server sends
     client.loss = lambda x, y: 0.5 * (A * client.model.w ** 2).sum()
     return client
 
