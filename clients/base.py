@@ -74,8 +74,8 @@ class FedClient:
     def loader(self, seed: int) -> BatchLoader:
         self.generator.manual_seed(seed)
         d = self.data
-        return BatchLoader(d.train_x, d.train_y, self.setting("batch-size"), device=self.device, mean=d.mean,
-                           std=d.std, augment=d.augment, generator=self.generator, recipe=self.setting("augment-recipe"))
+        return BatchLoader(d.train_x, d.train_y, self.setting("batch-size"), device=self.device, mean=d.mean, std=d.std,
+                           augment=d.augment, generator=self.generator, recipe=self.setting("augment-recipe"))
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(self.model(x), y)

@@ -25,13 +25,16 @@ class FedRepClient(FedClient):
         for name, p in self.model.named_parameters():
             p.requires_grad_(name in keys)
 
-    def train(self, steps: int, lr: float, seed: int) -> dict[str, float]:
-        self.trainable(self.head)
-        FedClient.train(self, self.head_steps(), lr, seed)
-        self.trainable(self.body)
-        metrics = FedClient.train(self, steps, lr, seed + 1)
+    def train_part(self, keys: list[str], steps: int, lr: float, seed: int) -> dict[str, float]:
+        """``steps`` SGD steps on the parameters ``keys``, the others frozen."""
+        self.trainable(keys)
+        metrics = super().train(steps, lr, seed)
         self.trainable(self.body + self.head)
         return metrics
+
+    def train(self, steps: int, lr: float, seed: int) -> dict[str, float]:
+        self.train_part(self.head, self.head_steps(), lr, seed)
+        return self.train_part(self.body, steps, lr, seed + 1)
 
     def head_steps(self) -> int:
         """head-epochs full passes over the training split (batches rounded up), else head-steps."""
@@ -50,8 +53,6 @@ class FedRepClient(FedClient):
         self.config = config
         self.load_model(payload)
         if "head" not in self.state:  # a new client: fit a fresh head on the frozen body
-            self.trainable(self.head)
             seed = (self.cfg.seed * 1_000_003 + int(config["server-round"])) * 10_007 + self.data.pid
-            FedClient.train(self, self.head_steps(), float(config["lr"]), seed)
-            self.trainable(self.body + self.head)
+            self.train_part(self.head, self.head_steps(), float(config["lr"]), seed)
         return {}, self.evaluate_local()

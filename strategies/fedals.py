@@ -9,8 +9,8 @@ from clients.fedals import FedALSClient, FedALSScaffoldClient
 from fedapp.config import ConfigError, Key
 from fedapp.layer_split import split_model
 from fedapp.records import Tensors
-from strategies.base import FedStrategy, Reply, spec_of
-from strategies.scaffold import Scaffold
+from strategies.base import FedStrategy, spec_of
+from strategies.scaffold import updated_control
 
 
 class FedALS(FedStrategy):
@@ -136,7 +136,7 @@ class FedALS(FedStrategy):
         return self.global_state if self.averaged is None else self.averaged
 
 
-class FedALSScaffold(FedALS, Scaffold):
+class FedALSScaffold(FedALS):
     """FedALS + SCAFFOLD (Gholami and Seferoglu, Appendix, Algorithm 4).
 
     The control variates split like the model, c = [c_phi, c_h], and each part is refreshed
@@ -154,8 +154,7 @@ class FedALSScaffold(FedALS, Scaffold):
     """
 
     client_keys = FedALS.client_keys + ("scaffold-variant",)
-    checkpoint_attrs = FedALS.checkpoint_attrs + Scaffold.checkpoint_attrs
-    weighted = FedALS.weighted
+    checkpoint_attrs = ("control",)
 
     @classmethod
     def check_config(cls, cfg):
@@ -163,8 +162,13 @@ class FedALSScaffold(FedALS, Scaffold):
         if cfg.momentum >= 1.0:  # the effective step eta / (1 - beta) of option II
             raise ConfigError(f"run config 'momentum' = {cfg.momentum} is invalid for fedals-scaffold: allowed is < 1")
 
-    def split_views(self):
-        super().split_views()
+    def __init__(self, cfg, model, dataset=None):
+        super().__init__(cfg, model, dataset)
+        self.control: Tensors = self.zeros_like_params()  #: c = [c_phi, c_h]
+        self.split_control()
+
+    def split_control(self) -> None:
+        """c_h and [c_phi, c_h] as dicts shared by all messages of a round."""
         params = set(self.param_keys)
         self.body_params = [k for k in self.body_keys if k in params]
         self.head_params = [k for k in self.head_keys if k in params]
@@ -182,11 +186,12 @@ class FedALSScaffold(FedALS, Scaffold):
         return spec
 
     def aggregate(self, server_round, replies):
-        # a part not averaged this round has Delta c = 0: pad to the full c for Scaffold's update
+        # a part not averaged this round has Delta c = 0: pad to the full c for SCAFFOLD's update
         zeros = {k: 0.0 * self.control[k] for k in self.body_params}
-        Scaffold.update_control(self, [Reply(r.pid, {"control-delta": {**zeros, **r.payload["control-delta"]}},
-                                             r.metrics) for r in replies])
+        self.control = updated_control(self.control, [{**zeros, **r.payload["control-delta"]} for r in replies],
+                                       len(self.train_pool()), None if self.cfg.aggregation == "mean" else self.combine)
         super().aggregate(server_round, replies)
+        self.split_control()
 
 
 ALGORITHMS = {"fedals": (FedALS, FedALSClient), "fedals-scaffold": (FedALSScaffold, FedALSScaffoldClient)}

@@ -48,7 +48,7 @@ def test_sam_step_by_hand_on_quadratic():
     client = quadratic(FedSAMClient, {"strategy": "fedsam", "fedsam.rho": 0.5}, [3.0, 2.0])
     one_step(client, lr=0.1)
     # g = [3, 4], ||g|| = 5, s_hat = 0.5 g / 5 = [0.3, 0.4], g(w + s_hat) = [3.3, 4.8]
-    assert torch.allclose(client.s_hat["w"], torch.tensor([0.3, 0.4]))
+    assert torch.allclose(client.sam.s_hat["w"], torch.tensor([0.3, 0.4]))
     assert torch.allclose(client.model.w.detach(), torch.tensor([3 - 0.33, 2 - 0.48]))
 
 
