@@ -65,6 +65,7 @@ class FedALS(FedStrategy):
         self.body_pids: set[int] = set()  # clients whose bodies that average holds
         self.client_body: dict[int, int] = {}  # pid -> body_round of the last body it received
         self.averaged: Tensors | None = None  # the evaluated model, set by begin_evaluate
+        self.eval_parts: dict[str, Tensors] = {}  # its body and head, as evaluation messages carry them
         self.split_views()
 
     def split_views(self) -> None:

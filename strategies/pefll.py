@@ -98,6 +98,7 @@ class PeFLL(FedStrategy):
         self.v_stats: torch.Tensor | None = None  # (m, s) of the standardisation, set at the first step
         self.descriptor_log: list = []  # (round, v per client) of every evaluation, for descriptors.npz
         self.descriptor_hist: dict = {}
+        self.eval_descriptors: dict = {}  # the last evaluation's descriptors by partition id
 
     def build_embedding(self) -> torch.nn.Module:
         ds = self.dataset
@@ -269,7 +270,7 @@ class PeFLL(FedStrategy):
         ``round`` and ``v`` (evaluations x clients x l, raw descriptors, NaN where a client did not
         answer); per client ``pid``, ``new`` (never trained on) and ``hist`` (training label counts),
         so the relation between descriptors and client data can be studied after a run."""
-        got = getattr(self, "eval_descriptors", {})
+        got = self.eval_descriptors
         if not got or self.results_path is None or "hist" not in next(iter(got.values())):
             return
         pids = sorted(self.clients)
