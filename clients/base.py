@@ -1,8 +1,10 @@
 """Shared client machinery: a NumPyClient-like class with a hookable SGD loop.
 
-A client is built for one message from the run config, its data and its persisted
-state; ``fit`` and ``evaluate`` take a payload (``{record: {name: tensor}}``) and a
-config dict, so algorithms are testable without Flower. Algorithms override the
+A client is built for one message from the run config (its data and model), its data and its
+persisted state; ``fit`` and ``evaluate`` take a payload (``{record: {name: tensor}}``) and the
+message's config dict, so algorithms are testable without Flower. Every setting of local training
+and evaluation (batch size, momentum, the algorithm's own such as FedProx's ``proximal-mu``) is
+read from that config (``setting``), never from the run config. Algorithms override the
 small hooks (``load_model``, ``receive``, ``compute_gradient``, ``correct_gradient``, ``reply``,
 ``end_fit``) and keep what must outlive the message in ``self.state``, which the
 ClientApp commits only after ``fit`` returned.
@@ -13,9 +15,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from fedapp.config import RunConfig
+from fedapp.config import ConfigError, RunConfig
 from fedapp.data import BatchLoader
-from fedapp.experiment import ClientData, num_local_steps
+from fedapp.experiment import ClientData
 from fedapp.records import Payload, Tensors
 from fedapp.training import evaluate
 
@@ -38,6 +40,9 @@ class FedClient:
         self.data = data
         self.state: Payload = {k: dict(v) for k, v in (state or {}).items()}
         self.generator = torch.Generator(device=self.device)
+        #: the config of the message being answered, which carries every setting the client reads
+        self.config: dict = {}
+        self.steps = 0  #: this round's local steps (SCAFFOLD's option II divides by them)
 
     # ---- helpers -----------------------------------------------------------------
     @property
@@ -57,11 +62,20 @@ class FedClient:
         for k, v in tensors.items():
             sd[k].copy_(v)
 
+    def setting(self, key: str):
+        """A setting from the message's config (the server's strategy sends every setting its clients
+        read); a missing one is an error naming it, never a fallback to the run config."""
+        try:
+            return self.config[key]
+        except KeyError:
+            raise ConfigError(f"message config lacks '{key}', which {type(self).__name__} reads: the server's "
+                              "strategy sends it (client_settings)") from None
+
     def loader(self, seed: int) -> BatchLoader:
         self.generator.manual_seed(seed)
         d = self.data
-        return BatchLoader(d.train_x, d.train_y, self.cfg.batch_size, device=self.device, mean=d.mean,
-                           std=d.std, augment=d.augment, generator=self.generator, recipe=self.cfg.augment_recipe)
+        return BatchLoader(d.train_x, d.train_y, self.setting("batch-size"), device=self.device, mean=d.mean, std=d.std,
+                           augment=d.augment, generator=self.generator, recipe=self.setting("augment-recipe"))
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(self.model(x), y)
@@ -93,8 +107,8 @@ class FedClient:
 
     # ---- training ----------------------------------------------------------------
     def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
-        opt = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=self.cfg.momentum,
-                              weight_decay=self.cfg.weight_decay)
+        opt = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=self.setting("momentum"),
+                              weight_decay=self.setting("weight-decay"))
         saved = self.state.get("momentum")
         if self.keep_optimizer_state and saved:
             for name, p in self.model.named_parameters():
@@ -113,42 +127,50 @@ class FedClient:
         self.model.train()
         loader = self.loader(seed)
         opt = self.make_optimizer(lr)
+        clip = self.setting("grad-clip")
         total = torch.zeros((), device=self.device)
         for _ in range(steps):
             x, y = loader.next_batch()
             opt.zero_grad(set_to_none=False)
             total += self.compute_gradient(x, y).detach()
             self.correct_gradient()
-            if self.cfg.grad_clip:  # the optimizer's weight decay comes after, unclipped (as the simulator)
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+            if clip:  # the optimizer's weight decay comes after, unclipped (as the simulator)
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
             opt.step()
         self.save_optimizer(opt)
         return {"train-loss": total.item() / max(steps, 1)}
 
+    def local_steps(self) -> int:
+        """local-steps, or local-epochs worth of full batches (at least one)."""
+        batches = max(1, -(-len(self.data.train_y) // self.setting("batch-size")))
+        return int(self.setting("local-steps")) or batches * self.setting("local-epochs")
+
     def fit(self, payload: Payload, config: dict) -> tuple[Payload, dict[str, float]]:
-        """One round of local training. ``config`` carries ``server-round``, ``lr`` and ``local-steps``."""
+        """One round of local training. ``config`` carries ``server-round``, ``lr`` and the settings."""
+        self.config = config
         self.receive(payload, config)
-        steps = int(config.get("local-steps") or num_local_steps(self.cfg, len(self.data.train_y)))
+        steps = self.local_steps()
         seed = (self.cfg.seed * 1_000_003 + int(config["server-round"])) * 10_007 + self.data.pid
-        self.steps = steps  # end_fit reads it (SCAFFOLD's (x - y_i) / (K lr))
+        self.steps = steps
         metrics = self.train(steps, float(config["lr"]), seed)
         self.end_fit(payload, config)
         metrics["num-examples"] = len(self.data.train_y)
         metrics["local-steps"] = steps
         return self.reply(payload, config), metrics
 
-    def evaluate(self, payload: Payload, config: dict) -> dict[str, float]:
-        """Evaluate the received model on the local test split (metrics, or ``(payload, metrics)``
-        when the evaluation reply carries arrays)."""
+    def evaluate(self, payload: Payload, config: dict) -> tuple[Payload, dict[str, float]]:
+        """Evaluate the received model on the local test split: ``(payload, metrics)``, the payload
+        empty unless the evaluation reply carries arrays (FedALS's bodies, PeFLL's descriptors)."""
+        self.config = config
         self.load_model(payload)
-        return self.evaluate_local()
+        return {}, self.evaluate_local()
 
     # ---- evaluation on the local test split (every client's evaluate ends here) ----------
     def eval_classes(self) -> torch.Tensor | None:
         """The labels predictions are restricted to at evaluation: with ``eval-label-mask`` on,
         the classes present in this client's training split (what the client knows; its test
         split is drawn from the same distribution); otherwise None, no masking."""
-        if self.cfg.eval_label_mask == "off":
+        if self.setting("eval-label-mask") == "off":
             return None
         return torch.unique(self.data.train_y)
 
@@ -161,7 +183,7 @@ class FedClient:
 
         def run(x, y, unmasked=False):
             return evaluate(self.model, x, y, mean=d.mean, std=d.std, device=self.device, classes=classes,
-                            mask=self.cfg.eval_label_mask, unmasked=unmasked)
+                            mask=self.setting("eval-label-mask"), unmasked=unmasked)
 
         out = run(d.test_x, d.test_y, unmasked=True)
         if d.val_y is not None and len(d.val_y):

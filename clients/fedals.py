@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from clients.base import FedClient
-from clients.scaffold import ScaffoldClient, option_two
+from clients.scaffold import ControlVariates, option_two
 from fedapp.layer_split import split_model
 from fedapp.records import Payload, Tensors
 
@@ -20,16 +20,21 @@ class FedALSClient(FedClient):
 
     keep_optimizer_state = True
 
-    def __init__(self, cfg, model, data, state=None, device="cpu"):
-        super().__init__(cfg, model, data, state, device)
-        self.body_keys, self.head_keys = split_model(cfg, model)
+    @property
+    def body_keys(self) -> list[str]:
+        """The body's state keys, as the message's ``body-layers`` and ``layer-groups`` split the model."""
+        return split_model(self.model, self.setting("body-layers"), self.setting("layer-groups"))[0]
+
+    @property
+    def head_keys(self) -> list[str]:
+        return split_model(self.model, self.setting("body-layers"), self.setting("layer-groups"))[1]
 
     def make_optimizer(self, lr):
-        """SGD with momentum; Nesterov's variant with ``fedals.nesterov`` (the paper's Table 4; the
-        authors' code uses plain heavy-ball momentum)."""
+        """SGD with momentum; Nesterov's variant with ``nesterov`` (the paper's Table 4; the authors'
+        code uses plain heavy-ball momentum)."""
         opt = super().make_optimizer(lr)
         for group in opt.param_groups:
-            group["nesterov"] = self.cfg.algo("nesterov")
+            group["nesterov"] = self.setting("nesterov")
         return opt
 
     def part(self, tensors: Tensors, keys: list[str]) -> Tensors:
@@ -54,7 +59,8 @@ class FedALSClient(FedClient):
             out["body"] = self.part(tensors, self.body_keys)
         return out
 
-    def evaluate(self, payload: Payload, config: dict):
+    def evaluate(self, payload: Payload, config: dict) -> tuple[Payload, dict[str, float]]:
+        self.config = config
         if config.get("collect-body"):  # the server averages all bodies to evaluate the mean model
             self.load_model({})
             return ({"body": self.part(self.model_tensors(), self.body_keys)},
@@ -62,16 +68,22 @@ class FedALSClient(FedClient):
         return super().evaluate(payload, config)
 
 
-class FedALSScaffoldClient(FedALSClient, ScaffoldClient):
+class FedALSScaffoldClient(FedALSClient):
     """FedALS + SCAFFOLD client (Appendix, Algorithm 4).
 
-    Local steps use g - c_i + c (SCAFFOLD's correction). After each round c_{h,i} is refreshed
-    by option II over the round's tau steps from the received head; on body-averaging rounds
-    c_{phi,i} too, over the steps since the last received body (alpha tau with full
-    participation). With SGD momentum beta, eta in option II is the effective step
-    eta / (1 - beta) (see ``control_lr``). State: c_i (``control``), c_phi (``control-body``),
-    that body and the step count since (``body-anchor``, ``body-steps``).
+    Local steps use g - c_i + c (SCAFFOLD's correction, from the ``ControlVariates`` it holds).
+    After each round c_{h,i} is refreshed by option II over the round's tau steps from the
+    received head; on body-averaging rounds c_{phi,i} too, over the steps since the last received
+    body (alpha tau with full participation). With SGD momentum beta, eta in option II is the
+    effective step eta / (1 - beta) (see ``control_lr``). State: c_i (``control``), c_phi
+    (``control-body``), that body and the step count since (``body-anchor``, ``body-steps``).
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scaffold = ControlVariates()
+        self.body_params: list[str] = []  #: trainable keys of the body (control variates live on these)
+        self.head_params: list[str] = []  #: and of the head
 
     def receive(self, payload: Payload, config: dict) -> None:
         self.load_model(payload)
@@ -83,15 +95,13 @@ class FedALSScaffoldClient(FedALSClient, ScaffoldClient):
             self.state["body-anchor"] = self.part(self.param_tensors(), self.body_params)
             self.state["body-steps"] = {"n": torch.tensor(0)}
         control = {**self.state["control-body"], **payload["control"]}
-        # ScaffoldClient.receive reloads the model just set (as a full model) and takes c, c_i and
-        # the anchor from it
-        ScaffoldClient.receive(self, {"arrays": self.model_tensors(), "control": control}, config)
+        self.scaffold.receive(control, self.state.get("control"), self.param_tensors(), self.device)
 
     def control_lr(self, lr: float) -> float:
         """Step size that turns a displacement into a gradient in option II: with heavy-ball
         momentum beta each step moves about lr / (1 - beta) times the gradient, so the paper's
         1 / (eta tau) would make c about 1 / (1 - beta) times too large (diverged at beta = 0.9)."""
-        return lr / (1.0 - self.cfg.momentum)
+        return lr / (1.0 - self.setting("momentum"))
 
     # ---- the authors' code (fedals.scaffold-variant = "authors" / "authors-copy") ----------
     # Each local step is the plain (momentum) SGD step followed by a separate momentum-free step
@@ -101,48 +111,42 @@ class FedALSScaffoldClient(FedALSClient, ScaffoldClient):
     # so x_pre - x = 0 after a client's first synchronisation ("authors"); "authors-copy" is the same
     # rule with x_pre a real copy.
     def correct_gradient(self) -> None:
-        if self.cfg.algo("scaffold-variant") == "algorithm4":
-            super().correct_gradient()
+        if self.setting("scaffold-variant") == "algorithm4":
+            self.scaffold.correct(self.params)
 
     def make_optimizer(self, lr):
         opt = super().make_optimizer(lr)
-        if self.cfg.algo("scaffold-variant") != "algorithm4":
+        if self.setting("scaffold-variant") != "algorithm4":
             def control_step(optimizer, args, kwargs):
                 with torch.no_grad():
                     for name, p in self.params.items():
-                        p.add_(self.correction[name], alpha=lr)
+                        p.add_(self.scaffold.correction[name], alpha=lr)
             opt.register_step_post_hook(control_step)
         return opt
 
     def end_fit(self, payload: Payload, config: dict) -> None:
-        variant = self.cfg.algo("scaffold-variant")
+        variant, s = self.setting("scaffold-variant"), self.scaffold
+        super().end_fit(payload, config)
+        synced = (self.body_params if config.get("sync-body") else []) + self.head_params
         if variant != "algorithm4":
-            FedALSClient.end_fit(self, payload, config)
-            synced = (self.body_params if config.get("sync-body") else []) + self.head_params
-            c_i, c = (self.part(t, synced) for t in (self.client_control, self.control))
+            c_i, c = (self.part(t, synced) for t in (s.c_i, s.c))
             if variant == "authors-copy" or not self.state.get("control"):  # a real x_pre, or the first sync
-                new = option_two(c_i, c, self.part(self.anchor, synced), self.part(self.param_tensors(), synced),
+                new = option_two(c_i, c, self.part(s.anchor, synced), self.part(self.param_tensors(), synced),
                                  self.steps, float(config["lr"]))
             else:
                 new = {k: c_i[k] - c[k] for k in synced}
-            self.control_delta = {k: (new[k] - c_i[k]).cpu() for k in synced}
-            self.state["control"] = {k: v.cpu() for k, v in {**self.client_control, **new}.items()}
+            self.state["control"] = s.refresh(new)
             return
-        super().end_fit(payload, config)
         lr = self.control_lr(float(config["lr"]))
         y = self.param_tensors()
-        new = dict(self.client_control)
-        new.update(option_two(*(self.part(t, self.head_params) for t in (self.client_control, self.control,
-                                                                           self.anchor, y)), self.steps, lr))
+        new = {}  # the parts averaged this round, in the order of the reply (body, head)
         body_steps = int(self.state["body-steps"]["n"]) + self.steps
         if config.get("sync-body"):
-            new.update(option_two(*(self.part(t, self.body_params) for t in (self.client_control, self.control,
-                                                                               self.state["body-anchor"], y)),
+            new.update(option_two(*(self.part(t, self.body_params) for t in (s.c_i, s.c, self.state["body-anchor"], y)),
                                   body_steps, lr))
-        synced = (self.body_params if config.get("sync-body") else []) + self.head_params
-        self.control_delta = {k: (new[k] - self.client_control[k]).cpu() for k in synced}
-        self.state["control"] = {k: v.cpu() for k, v in new.items()}
+        new.update(option_two(*(self.part(t, self.head_params) for t in (s.c_i, s.c, s.anchor, y)), self.steps, lr))
+        self.state["control"] = s.refresh(new)
         self.state["body-steps"] = {"n": torch.tensor(body_steps)}
 
     def reply(self, payload: Payload, config: dict) -> Payload:
-        return {**super().reply(payload, config), "control-delta": self.control_delta}
+        return {**super().reply(payload, config), "control-delta": self.scaffold.delta}

@@ -5,19 +5,23 @@ from __future__ import annotations
 import torch
 
 from clients.base import FedClient
-from fedapp.records import Payload
+from fedapp.records import Payload, Tensors
 
 
 class FedCMClient(FedClient):
     """Xu et al., "FedCM: Federated Learning with Client-level Momentum" (2021).
 
     Each step uses v = alpha * g + (1 - alpha) * Delta, Delta the global update direction
-    the server sends in ``momentum``; alpha = ``<prefix>.alpha``. Weight decay: by default the
+    the server sends in ``momentum``; alpha = ``alpha``. Weight decay: by default the
     optimizer adds wd w after the mix, as the authors' simulator does (v + wd w). Delta already
     carries the previous rounds' decay, so at the fixed point Delta = v + wd w the effective decay is
-    wd / alpha; ``<prefix>.decay-in-mix`` makes the decay part of g instead (alpha (g + wd w) +
+    wd / alpha; ``decay-in-mix`` makes the decay part of g instead (alpha (g + wd w) +
     (1 - alpha) Delta), whose fixed point is plain SGD with decay wd.
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.direction: Tensors = {}  #: Delta, the server's momentum direction
 
     def receive(self, payload: Payload, config: dict) -> None:
         super().receive(payload, config)
@@ -25,15 +29,15 @@ class FedCMClient(FedClient):
 
     def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
         opt = super().make_optimizer(lr)
-        if self.cfg.algo("decay-in-mix"):
+        if self.setting("decay-in-mix"):
             for group in opt.param_groups:  # applied in correct_gradient, inside the alpha-weighted g
                 group["weight_decay"] = 0.0
         return opt
 
     def correct_gradient(self) -> None:
         super().correct_gradient()
-        alpha = self.cfg.algo("alpha")
-        decay = self.cfg.weight_decay if self.cfg.algo("decay-in-mix") else 0.0
+        alpha = self.setting("alpha")
+        decay = self.setting("weight-decay") if self.setting("decay-in-mix") else 0.0
         with torch.no_grad():
             for k, p in self.params.items():
                 p.grad.add_(p, alpha=decay).mul_(alpha).add_(self.direction[k], alpha=1.0 - alpha)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from clients.fedprox import FedProxClient
-from fedapp.records import Payload
+from fedapp.records import Payload, Tensors
 
 
 class FedDynClient(FedProxClient):
@@ -17,8 +17,12 @@ class FedDynClient(FedProxClient):
     w_i/beta part is the optimizer's weight decay, so ``grad-clip`` clips g - lambda_i - w/beta only.
     """
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.dual: Tensors = {}  #: lambda_i
+
     def prox_coefficient(self) -> float:
-        return 1.0 / self.cfg.algo("beta")
+        return 1.0 / self.setting("beta")
 
     def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
         opt = super().make_optimizer(lr)
@@ -39,6 +43,6 @@ class FedDynClient(FedProxClient):
 
     def end_fit(self, payload: Payload, config: dict) -> None:
         super().end_fit(payload, config)
-        beta = self.cfg.algo("beta")
+        beta = self.setting("beta")
         w_i = self.param_tensors()
         self.state["dual"] = {k: (self.dual[k] - (w_i[k] - self.anchor[k]) / beta).cpu() for k in w_i}

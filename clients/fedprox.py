@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 from clients.base import FedClient
-from fedapp.records import Payload
+from fedapp.records import Payload, Tensors
 
 
 class FedProxClient(FedClient):
     """Li et al., "Federated Optimization in Heterogeneous Networks" (MLSys 2020).
 
     Minimises F_i(w) + (mu/2)||w - w_t||^2: each step adds mu (w - w_t) to the gradient,
-    mu = ``fedprox.proximal-mu``.
+    mu = ``proximal-mu`` from the message's config (``fedprox.proximal-mu`` at the server).
     """
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.anchor: Tensors = {}  #: w_t, the received global model
+
     def prox_coefficient(self) -> float:
-        return self.cfg.algo("proximal-mu")
+        return self.setting("proximal-mu")
 
     def receive(self, payload: Payload, config: dict) -> None:
         super().receive(payload, config)

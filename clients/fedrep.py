@@ -25,24 +25,23 @@ class FedRepClient(FedClient):
         for name, p in self.model.named_parameters():
             p.requires_grad_(name in keys)
 
-    def train(self, steps: int, lr: float, seed: int) -> dict[str, float]:
-        self.trainable(self.head)
-        FedClient.train(self, int(self.head_steps), lr, seed)
-        self.trainable(self.body)
-        metrics = FedClient.train(self, steps, lr, seed + 1)
+    def train_part(self, keys: list[str], steps: int, lr: float, seed: int) -> dict[str, float]:
+        """``steps`` SGD steps on the parameters ``keys``, the others frozen."""
+        self.trainable(keys)
+        metrics = super().train(steps, lr, seed)
         self.trainable(self.body + self.head)
         return metrics
 
-    def head_steps_of(self, config: dict) -> int:
-        """head-epochs full passes over the training split (batches rounded up), else head-steps."""
-        epochs = int(config.get("head-epochs", 0))
-        if epochs:
-            return epochs * max(1, -(-len(self.data.train_y) // self.cfg.batch_size))
-        return int(config["head-steps"])
+    def train(self, steps: int, lr: float, seed: int) -> dict[str, float]:
+        self.train_part(self.head, self.head_steps(), lr, seed)
+        return self.train_part(self.body, steps, lr, seed + 1)
 
-    def fit(self, payload: Payload, config: dict):
-        self.head_steps = self.head_steps_of(config)
-        return super().fit(payload, config)
+    def head_steps(self) -> int:
+        """head-epochs full passes over the training split (batches rounded up), else head-steps."""
+        epochs = int(self.setting("head-epochs"))
+        if epochs:
+            return epochs * max(1, -(-len(self.data.train_y) // self.setting("batch-size")))
+        return int(self.setting("head-steps"))
 
     def end_fit(self, payload: Payload, config: dict) -> None:
         self.state["head"] = {k: v for k, v in self.model_tensors().items() if k in self.head}
@@ -50,11 +49,10 @@ class FedRepClient(FedClient):
     def reply(self, payload: Payload, config: dict) -> Payload:
         return {"body": {k: v for k, v in self.model_tensors().items() if k in self.body}}
 
-    def evaluate(self, payload: Payload, config: dict) -> dict[str, float]:
+    def evaluate(self, payload: Payload, config: dict) -> tuple[Payload, dict[str, float]]:
+        self.config = config
         self.load_model(payload)
         if "head" not in self.state:  # a new client: fit a fresh head on the frozen body
-            self.trainable(self.head)
             seed = (self.cfg.seed * 1_000_003 + int(config["server-round"])) * 10_007 + self.data.pid
-            FedClient.train(self, self.head_steps_of(config), float(config["lr"]), seed)
-            self.trainable(self.body + self.head)
-        return self.evaluate_local()
+            self.train_part(self.head, self.head_steps(), float(config["lr"]), seed)
+        return {}, self.evaluate_local()

@@ -5,13 +5,20 @@ from __future__ import annotations
 import torch
 
 from clients.feddyn import FedDynClient
-from clients.sam import SAMClient
+from clients.sam import SAM
 from fedapp.records import Payload, Tensors
 
 
-class FedSpeedClient(SAMClient, FedDynClient):
+class FedSpeedClient(FedDynClient):
     """The FedSMOO ablation "dynamic regulariser + SAM, no correction" (mu_i = s = 0):
     w_i <- w_i - eta (g(w_i + s_hat) - lambda_i + (w_i - w)/beta), s_hat = rho g/||g||."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sam = SAM()
+
+    def compute_gradient(self, x, y):
+        return self.sam.gradient(self.model, lambda: self.loss(x, y), self.setting("rho"))
 
 
 class FedSMOOClient(FedSpeedClient):
@@ -20,9 +27,15 @@ class FedSMOOClient(FedSpeedClient):
     Receives w and the global perturbation s. Each step: S = g - mu_i - s,
     s_hat = r S/||S||, mu_i <- mu_i + s_hat - s, then FedDyn's step with g(w_i + s_hat).
     After K steps it sends w_i and s_tilde_i = mu_i - s_hat (or mu_i with
-    ``fedsmoo.simulator-perturbation``, the authors' public simulator). mu_i persists in
+    ``simulator-perturbation``, the authors' public simulator). mu_i persists in
     ``state["perturbation-dual"]``, lambda_i in ``state["dual"]``.
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sam = SAM(direction=self.corrected)
+        self.global_perturbation: Tensors = {}  #: s
+        self.mu: Tensors = {}  #: mu_i
 
     def receive(self, payload: Payload, config: dict) -> None:
         super().receive(payload, config)
@@ -31,20 +44,23 @@ class FedSMOOClient(FedSpeedClient):
         self.mu = ({k: v.to(self.device) for k, v in saved.items()} if saved
                    else {k: torch.zeros_like(v) for k, v in self.global_perturbation.items()})
 
-    def sam_direction(self, grad: Tensors) -> Tensors:
+    def corrected(self, grad: Tensors) -> Tensors:
+        """S = g - mu_i - s: the direction SAM normalises."""
         return {k: g - self.mu[k] - self.global_perturbation[k] for k, g in grad.items()}
 
-    def perturbed(self, s_hat: Tensors) -> None:
-        for k, mu in self.mu.items():
-            mu.add_(s_hat[k] - self.global_perturbation[k])
+    def compute_gradient(self, x, y):
+        loss = super().compute_gradient(x, y)
+        for k, mu in self.mu.items():  # mu_i <- mu_i + s_hat - s
+            mu.add_(self.sam.s_hat[k] - self.global_perturbation[k])
+        return loss
 
     def end_fit(self, payload: Payload, config: dict) -> None:
         super().end_fit(payload, config)
         self.state["perturbation-dual"] = {k: v.cpu().clone() for k, v in self.mu.items()}
 
     def reply(self, payload: Payload, config: dict) -> Payload:
-        if self.cfg.algo("simulator-perturbation"):
+        if self.setting("simulator-perturbation"):
             local = self.mu
         else:
-            local = {k: self.mu[k] - self.s_hat[k] for k in self.mu}
+            local = {k: self.mu[k] - self.sam.s_hat[k] for k in self.mu}
         return {"arrays": self.model_tensors(), "perturbation": {k: v.cpu() for k, v in local.items()}}

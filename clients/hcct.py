@@ -16,11 +16,11 @@ class HCCTPClient(FedClient):
         self.load_tensors(payload["arrays"])
         # before the first round the head is the seeded initial one; with head-start "group" the
         # server sends the head to use (the group's to train, the client's own to evaluate)
-        if "head" in self.state and self.cfg.algo("head-start") == "own":
+        if "head" in self.state and self.setting("head-start") == "own":
             self.load_tensors(self.state["head"])
 
     def reply(self, payload: Payload, config: dict) -> Payload:
-        if self.cfg.algo("head-start") == "group":
+        if self.setting("head-start") == "group":
             return {"arrays": self.model_tensors()}
         body, _ = body_head_keys(self.model)
         tensors = self.model_tensors()

@@ -15,6 +15,10 @@ class IFCAClient(FedClient):
     """Scores every received ``model-j`` on local training data, trains the average of the best
     ``chosen`` ones and reports them as the bit mask ``cluster-mask``."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.chosen: list[int] = []  #: the models this client trains (their average)
+
     def train_loss(self) -> float:
         d = self.data
         return evaluate(self.model, d.train_x[:SCORE_EXAMPLES], d.train_y[:SCORE_EXAMPLES], mean=d.mean,

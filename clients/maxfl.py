@@ -10,6 +10,10 @@ SCORE_EXAMPLES = 1024  # a fixed slice of training data scores both models
 class MaxFLClient(FedClient):
     """Keeps its own model in ``self.state["local"]``; ``joined`` says which one it trains."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.joined = True  #: whether the client trains the global model this round
+
     def train_loss(self) -> float:
         d = self.data
         return evaluate(self.model, d.train_x[:SCORE_EXAMPLES], d.train_y[:SCORE_EXAMPLES], mean=d.mean,
@@ -23,7 +27,7 @@ class MaxFLClient(FedClient):
         if "local" in self.state:
             global_loss = self.train_loss()
             self.load_tensors(self.state["local"])
-            if global_loss <= self.train_loss() + self.cfg.algo("margin"):
+            if global_loss <= self.train_loss() + self.setting("margin"):
                 self.load_tensors(payload["arrays"])
             else:
                 self.joined = False

@@ -49,6 +49,7 @@ class PeFLLClient(FedClient):
 
     # ---- phases ------------------------------------------------------------------
     def fit(self, payload: Payload, config: dict) -> tuple[Payload, dict[str, float]]:
+        self.config = config
         phase = config.get("phase", "train")
         out, metrics = getattr(self, f"phase_{phase}")(payload, config)
         return out, {"num-examples": len(self.data.train_y), **metrics}
@@ -66,28 +67,23 @@ class PeFLLClient(FedClient):
         return {"v": {"v": v.cpu()}}, {}
 
     def phase_train(self, payload: Payload, config: dict) -> tuple[Payload, dict]:
+        self.config = config
         theta = payload["theta"]
         self.load_tensors(theta)
-        self.lambda_theta = float(config.get("lambda-theta", 0.0))
-        self.sgd = {k: float(config.get(k, 0.0)) for k in ("momentum", "inner-wd", "clip")}
         steps = int(config["local-steps"])
         seed = (self.cfg.seed * 1_000_003 + int(config["server-round"])) * 10_007 + self.data.pid
         metrics = self.train(steps, float(config["lr"]), seed)
         new = self.model_tensors()
         return {"delta": {k: new[k] - theta[k] for k in theta}}, {**metrics, "local-steps": steps}
 
-    def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
-        sgd = getattr(self, "sgd", {})  # the phase's config; the run config's otherwise
-        return torch.optim.SGD(self.model.parameters(), lr=lr, momentum=sgd.get("momentum", self.cfg.momentum),
-                               weight_decay=sgd.get("inner-wd", self.cfg.weight_decay))
-
     def correct_gradient(self) -> None:
         # d/dtheta of lambda_theta * ||theta||^2, then the clipping (the SGD's weight decay comes after it)
-        if getattr(self, "lambda_theta", 0.0):
+        lambda_theta, clip = self.setting("lambda-theta"), self.setting("clip")
+        if lambda_theta:
             for p in self.model.parameters():
-                p.grad.add_(p.detach(), alpha=2 * self.lambda_theta)
-        if getattr(self, "sgd", {}).get("clip"):
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.sgd["clip"])
+                p.grad.add_(p.detach(), alpha=2 * lambda_theta)
+        if clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
 
     def phase_backprop(self, payload: Payload, config: dict) -> tuple[Payload, dict]:
         step = self.state.pop("pefll-step", None)
@@ -102,7 +98,8 @@ class PeFLLClient(FedClient):
         return {"delta": {k: g.detach().cpu() for k, g in zip(names, grads)}}, {}
 
     # ---- evaluation (Algorithm 1) ------------------------------------------------
-    def evaluate(self, payload: Payload, config: dict):
+    def evaluate(self, payload: Payload, config: dict) -> tuple[Payload, dict[str, float]]:
+        self.config = config
         if config.get("phase") == "descriptor":
             phi = self.embedding(config)
             phi.load_state_dict(payload["eta_v"])
@@ -111,4 +108,4 @@ class PeFLLClient(FedClient):
             hist = torch.bincount(self.data.train_y, minlength=self.data.num_classes)
             return {"v": {"v": v.cpu(), "hist": hist}}, {"num-examples": len(self.data.train_y)}
         self.load_tensors(payload["theta"])
-        return self.evaluate_local()
+        return {}, self.evaluate_local()

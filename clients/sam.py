@@ -1,46 +1,45 @@
-"""Sharpness-aware minimisation (Foret et al., ICLR 2021) as a client gradient hook.
+"""Sharpness-aware minimisation (Foret et al., ICLR 2021): the gradient step a client holds.
 
-One implementation serves FedSAM, MoFedSAM, FedSpeed and FedSMOO: they differ only in
-the direction that is normalised into the perturbation (``sam_direction``) and in what
-they do with the perturbation afterwards (``perturbed``).
+One :class:`SAM` serves FedSAM, MoFedSAM, FedSpeed and FedSMOO, each client holding one and
+calling it from ``compute_gradient``: they differ only in the direction that is normalised into
+the perturbation (``direction``) and in what they do with the perturbation afterwards.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from clients.base import FedClient
 from fedapp.perturbation import perturbation
 from fedapp.records import Tensors
 
 
-class SAMClient(FedClient):
+class SAM:
     """Each minibatch: g at w, s_hat = rho * d(g)/||d(g)||, then the gradient at w + s_hat.
 
-    ``rho`` is the algorithm's ``<prefix>.rho``. The returned loss is the one at w.
+    ``direction`` is d (plain SAM: g itself); the last step's s_hat stays in ``s_hat``.
     """
 
-    def sam_direction(self, grad: Tensors) -> Tensors:
-        """What the perturbation normalises: the gradient itself for plain SAM."""
-        return grad
+    def __init__(self, direction: Callable[[Tensors], Tensors] | None = None):
+        self.direction = direction or (lambda grad: grad)
+        self.s_hat: Tensors = {}
 
-    def perturbed(self, s_hat: Tensors) -> None:
-        """Called with each step's perturbation (FedSMOO updates its dual here)."""
-
-    def compute_gradient(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        params = self.params
-        loss = self.loss(x, y)
-        loss.backward()
+    def gradient(self, model: torch.nn.Module, loss: Callable[[], torch.Tensor], rho: float) -> torch.Tensor:
+        """Fill the parameters' ``.grad`` with g(w + s_hat), ``loss()`` being the minibatch loss at
+        the current parameters; returns the loss at w."""
+        params = dict(model.named_parameters())
+        at_w = loss()
+        at_w.backward()
         grad = {k: p.grad.detach().clone() for k, p in params.items()}
-        self.s_hat = perturbation(self.sam_direction(grad), self.cfg.algo("rho"))
-        self.perturbed(self.s_hat)
-        saved = self.param_tensors()
+        self.s_hat = perturbation(self.direction(grad), rho)
+        saved = {k: p.detach().clone() for k, p in params.items()}
         with torch.no_grad():
             for k, p in params.items():
                 p.add_(self.s_hat[k])
                 p.grad.zero_()
-        self.loss(x, y).backward()
+        loss().backward()
         with torch.no_grad():  # back to w exactly; the optimizer steps from there with g(w + s_hat)
             for k, p in params.items():
                 p.copy_(saved[k])
-        return loss
+        return at_w

@@ -13,6 +13,38 @@ def option_two(c_i: Tensors, c: Tensors, x: Tensors, y: Tensors, steps: int, lr:
     return {k: c_i[k] - c[k] + (x[k] - y[k]) / (steps * lr) for k in c}
 
 
+class ControlVariates:
+    """A client's SCAFFOLD control variates, held by the SCAFFOLD and FedALS + SCAFFOLD clients:
+    c (received), c_i (the client's own, zeros at first), x (the model they start from) and each
+    local step's gradient correction c - c_i; after training, the new c_i and Delta c_i."""
+
+    def __init__(self):
+        self.anchor: Tensors = {}  #: x
+        self.c: Tensors = {}
+        self.c_i: Tensors = {}
+        self.correction: Tensors = {}  #: c - c_i
+        self.delta: Tensors = {}  #: Delta c_i = c_i+ - c_i of the refreshed keys, sent back
+
+    def receive(self, c: Tensors, saved: Tensors | None, anchor: Tensors, device: torch.device) -> None:
+        """Take c, the client's saved c_i (None: zeros) and the model x local training starts from."""
+        self.anchor = anchor
+        self.c = {k: v.to(device) for k, v in c.items()}
+        self.c_i = ({k: v.to(device) for k, v in saved.items()} if saved
+                    else {k: torch.zeros_like(v) for k, v in self.c.items()})
+        self.correction = {k: self.c[k] - self.c_i[k] for k in self.c}
+
+    def correct(self, params: dict[str, torch.nn.Parameter]) -> None:
+        """g <- g + c - c_i on every parameter's ``.grad``."""
+        for name, p in params.items():
+            p.grad.add_(self.correction[name])
+
+    def refresh(self, new: Tensors) -> Tensors:
+        """c_i+ for the keys of ``new`` (the others keep c_i): sets ``delta``; returns the whole new
+        c_i, as the client state keeps it."""
+        self.delta = {k: (v - self.c_i[k]).cpu() for k, v in new.items()}
+        return {k: v.cpu() for k, v in {**self.c_i, **new}.items()}
+
+
 class ScaffoldClient(FedClient):
     """Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for Federated Learning" (ICML 2020).
 
@@ -21,27 +53,21 @@ class ScaffoldClient(FedClient):
     at first) persists in ``state["control"]``.
     """
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scaffold = ControlVariates()
+
     def receive(self, payload: Payload, config: dict) -> None:
         super().receive(payload, config)
-        self.anchor = self.param_tensors()
-        self.control = {k: v.to(self.device) for k, v in payload["control"].items()}
-        saved = self.state.get("control")
-        self.client_control = ({k: v.to(self.device) for k, v in saved.items()} if saved
-                               else {k: torch.zeros_like(v) for k, v in self.control.items()})
-        self.correction = {k: self.control[k] - self.client_control[k] for k in self.control}
+        self.scaffold.receive(payload["control"], self.state.get("control"), self.param_tensors(), self.device)
 
     def correct_gradient(self) -> None:
-        for name, p in self.params.items():
-            p.grad.add_(self.correction[name])
-
-    def update_control(self, lr: float) -> Tensors:
-        """New c_i from this round's local training (option II); returns it."""
-        return option_two(self.client_control, self.control, self.anchor, self.param_tensors(), self.steps, lr)
+        self.scaffold.correct(self.params)
 
     def end_fit(self, payload: Payload, config: dict) -> None:
-        new = self.update_control(float(config["lr"]))
-        self.control_delta = {k: (new[k] - self.client_control[k]).cpu() for k in new}
-        self.state["control"] = {k: v.cpu() for k, v in new.items()}
+        s = self.scaffold
+        self.state["control"] = s.refresh(option_two(s.c_i, s.c, s.anchor, self.param_tensors(), self.steps,
+                                                     float(config["lr"])))
 
     def reply(self, payload: Payload, config: dict) -> Payload:
-        return {"arrays": self.model_tensors(), "control-delta": self.control_delta}
+        return {"arrays": self.model_tensors(), "control-delta": self.scaffold.delta}

@@ -179,7 +179,5 @@ def train(msg: Message, context: Context) -> Message:
 def evaluate(msg: Message, context: Context) -> Message:
     cfg = parse_run_config(context.run_config)
     client = make_client(cfg, context, run_key(msg))
-    result = client.evaluate(payload_of(msg.content), dict(msg.content["config"]))
-    # a client may send arrays back from evaluation too (PeFLL's descriptor of a new client)
-    payload, metrics = result if isinstance(result, tuple) else ({}, result)
+    payload, metrics = client.evaluate(payload_of(msg.content), dict(msg.content["config"]))
     return _reply(msg, payload, metrics, client.data.pid)

@@ -138,13 +138,6 @@ def model_for(cfg: RunConfig, ds: Dataset | None = None) -> torch.nn.Module:
     return build_model(cfg.model, ds.input_shape, ds.num_classes)
 
 
-def num_local_steps(cfg: RunConfig, num_train: int) -> int:
-    """local-steps, or local-epochs worth of full batches (at least one)."""
-    if cfg.local_steps > 0:
-        return cfg.local_steps
-    return max(1, -(-num_train // cfg.batch_size)) * cfg.local_epochs
-
-
 def round_lr(cfg: RunConfig, server_round: int) -> float:
     """lr * decay**(round - 1); decay is the strategy's own ``<prefix>.lr-decay`` when it declares one
     and it is set (non-zero), else ``lr-decay`` (FedSMOO's paper decays FedDyn/FedSMOO and the

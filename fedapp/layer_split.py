@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import torch
 
-from fedapp.config import RunConfig
 from fedapp.models import layer_groups
 
 
@@ -26,13 +25,13 @@ def fedals_layer_groups(model: torch.nn.Module, grouping: str = "layers") -> lis
     return groups
 
 
-def split_model(cfg: RunConfig, model: torch.nn.Module) -> tuple[list[str], list[str]]:
-    """(body, head) state_dict keys: the first ``fedals.body-layers`` groups are the body. 0 is the
-    paper's default (Table 4): the body is the convolutional layers and the head the final dense
-    layers (LeNet: conv1, conv2 | fc1, fc2, fc; ResNet-20: all convs | fc); for a model without
-    convolutions, all layers but the last."""
-    groups = fedals_layer_groups(model, cfg.algo("layer-groups"))
-    n, L = len(groups), cfg.algo("body-layers")
+def split_model(model: torch.nn.Module, body_layers: int, grouping: str) -> tuple[list[str], list[str]]:
+    """(body, head) state_dict keys: the first ``body_layers`` (``fedals.body-layers``) groups of
+    ``grouping`` (``fedals.layer-groups``) are the body. 0 is the paper's default (Table 4): the body
+    is the convolutional layers and the head the final dense layers (LeNet: conv1, conv2 | fc1, fc2,
+    fc; ResNet-20: all convs | fc); for a model without convolutions, all layers but the last."""
+    groups = fedals_layer_groups(model, grouping)
+    n, L = len(groups), body_layers
     if L == 0:
         convs = 0
         for g in groups:

@@ -48,6 +48,12 @@ Spec = dict[str, dict[str, tuple[tuple[int, ...], torch.dtype]]]
 #: FedDyn/FedSMOO by 0.9995 and the other methods by 0.998, as FedSMOO's Table 1 does
 LR_DECAY = Key("lr-decay", float, 0.0, "This method's lr decay per round; 0: the common lr-decay.", low=0.0, high=1.0)
 
+#: common run-config settings that clients read in local training and evaluation: every training and
+#: evaluation message's config carries them (``client_settings``), so a client never reads them from
+#: its own run config
+CLIENT_SETTINGS = ("batch-size", "local-steps", "local-epochs", "momentum", "weight-decay", "grad-clip",
+                   "augment-recipe", "eval-label-mask")
+
 
 @dataclass
 class Reply:
@@ -129,6 +135,9 @@ class FedStrategy(Strategy):
     #: run-config prefix and keys of the algorithm's own settings (``prefix.key``)
     config_prefix: ClassVar[str] = "fedavg"
     config_keys: ClassVar[tuple[Key, ...]] = ()
+    #: names of the ``config_keys`` the algorithm's clients read: sent in every message's config
+    #: (``client_settings``)
+    client_keys: ClassVar[tuple[str, ...]] = ()
     #: attributes written to checkpoints besides the base ones
     checkpoint_attrs: ClassVar[tuple[str, ...]] = ()
     #: average replies by example count (False: unweighted means, as FedDyn-style methods use)
@@ -422,8 +431,20 @@ class FedStrategy(Strategy):
         """Everything client ``pid`` receives for training: the broadcast and its own arrays."""
         return {**self.broadcast_payload(server_round), **self.client_payload(pid, server_round)}
 
+    @classmethod
+    def client_settings(cls, cfg: RunConfig) -> dict[str, Any]:
+        """The settings the clients read, as the messages carry them: the common ``CLIENT_SETTINGS``
+        and the algorithm's ``client_keys``, without the prefix (``fedprox.proximal-mu`` travels as
+        ``proximal-mu``, as Flower's FedProx sends it)."""
+        return {**{k: cfg[k] for k in CLIENT_SETTINGS}, **{k: cfg.algo(k) for k in cls.client_keys}}
+
     def train_config(self, pid: int, server_round: int) -> dict[str, Any]:
-        return {"lr": round_lr(self.cfg, server_round)}
+        """Config of client ``pid``'s training message: the client settings and the round's lr."""
+        return {**self.client_settings(self.cfg), "lr": round_lr(self.cfg, server_round)}
+
+    def eval_config(self, pid: int, server_round: int) -> dict[str, Any]:
+        """Config of client ``pid``'s evaluation message: the client settings."""
+        return self.client_settings(self.cfg)
 
     def reply_spec(self, pid: int, server_round: int) -> Spec:
         """Arrays a training reply must carry: by default the full model."""
@@ -578,7 +599,8 @@ class FedStrategy(Strategy):
             return {}
         base = self.base_config["evaluate"] if config is None else config
         pids = self.sample(server_round, sorted(self.clients), self.cfg.fraction_evaluate)
-        return self.contents(server_round, {pid: self.eval_client_payload(pid, server_round) for pid in pids}, base,
+        return self.contents(server_round, {pid: self.eval_client_payload(pid, server_round) for pid in pids},
+                             lambda pid: {**dict(base), **self.eval_config(pid, server_round)},
                              self.eval_broadcast(server_round))
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord | None, config: ConfigRecord | Mapping,

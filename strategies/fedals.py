@@ -9,8 +9,8 @@ from clients.fedals import FedALSClient, FedALSScaffoldClient
 from fedapp.config import ConfigError, Key
 from fedapp.layer_split import split_model
 from fedapp.records import Tensors
-from strategies.base import FedStrategy, Reply, spec_of
-from strategies.scaffold import Scaffold
+from strategies.base import FedStrategy, spec_of
+from strategies.scaffold import updated_control
 
 
 class FedALS(FedStrategy):
@@ -45,6 +45,7 @@ class FedALS(FedStrategy):
             ("algorithm4", "authors", "authors-copy")),
         Key("nesterov", bool, False, "Nesterov momentum (the paper's Table 4) instead of heavy-ball (the authors' code)."),
     )
+    client_keys = ("body-layers", "layer-groups", "nesterov")
     checkpoint_attrs = ("body_round", "body_pids", "client_body")
     global_model = False  # the clients keep their own bodies between body averages
 
@@ -56,7 +57,7 @@ class FedALS(FedStrategy):
     def __init__(self, cfg, model, dataset=None):
         super().__init__(cfg, model, dataset)
         try:
-            self.body_keys, self.head_keys = split_model(cfg, model)
+            self.body_keys, self.head_keys = split_model(model, cfg.algo("body-layers"), cfg.algo("layer-groups"))
         except ValueError as err:
             raise ConfigError(f"run config 'fedals.body-layers' = {cfg.algo('body-layers')} is invalid: {err}") from None
         self.alpha: int = cfg.algo("alpha")
@@ -64,6 +65,7 @@ class FedALS(FedStrategy):
         self.body_pids: set[int] = set()  # clients whose bodies that average holds
         self.client_body: dict[int, int] = {}  # pid -> body_round of the last body it received
         self.averaged: Tensors | None = None  # the evaluated model, set by begin_evaluate
+        self.eval_parts: dict[str, Tensors] = {}  # its body and head, as evaluation messages carry them
         self.split_views()
 
     def split_views(self) -> None:
@@ -113,8 +115,9 @@ class FedALS(FedStrategy):
         if self.body_round == server_round and self.body_pids == set(pool):
             return self.global_state
         spec = spec_of({"body": self.body})
-        valid = self.round_trip(grid, server_round, dict.fromkeys(pool, {}), {"collect-body": True}, lambda pid: spec,
-                                MessageType.EVALUATE, "eval")
+        valid = self.round_trip(grid, server_round, dict.fromkeys(pool, {}),
+                                lambda pid: {**self.eval_config(pid, server_round), "collect-body": True},
+                                lambda pid: spec, MessageType.EVALUATE, "eval")
         if not valid:
             return self.global_state
         weights = [self.clients[r.pid].num_train if self.weighted else 1.0 for r in valid]
@@ -134,7 +137,7 @@ class FedALS(FedStrategy):
         return self.global_state if self.averaged is None else self.averaged
 
 
-class FedALSScaffold(FedALS, Scaffold):
+class FedALSScaffold(FedALS):
     """FedALS + SCAFFOLD (Gholami and Seferoglu, Appendix, Algorithm 4).
 
     The control variates split like the model, c = [c_phi, c_h], and each part is refreshed
@@ -151,8 +154,8 @@ class FedALSScaffold(FedALS, Scaffold):
     every round and c_phi with the body; "control-delta" carries the Delta c of the parts averaged.
     """
 
-    checkpoint_attrs = FedALS.checkpoint_attrs + Scaffold.checkpoint_attrs
-    weighted = FedALS.weighted
+    client_keys = FedALS.client_keys + ("scaffold-variant",)
+    checkpoint_attrs = ("control",)
 
     @classmethod
     def check_config(cls, cfg):
@@ -160,8 +163,13 @@ class FedALSScaffold(FedALS, Scaffold):
         if cfg.momentum >= 1.0:  # the effective step eta / (1 - beta) of option II
             raise ConfigError(f"run config 'momentum' = {cfg.momentum} is invalid for fedals-scaffold: allowed is < 1")
 
-    def split_views(self):
-        super().split_views()
+    def __init__(self, cfg, model, dataset=None):
+        super().__init__(cfg, model, dataset)
+        self.control: Tensors = self.zeros_like_params()  #: c = [c_phi, c_h]
+        self.split_control()
+
+    def split_control(self) -> None:
+        """c_h and [c_phi, c_h] as dicts shared by all messages of a round."""
         params = set(self.param_keys)
         self.body_params = [k for k in self.body_keys if k in params]
         self.head_params = [k for k in self.head_keys if k in params]
@@ -179,11 +187,12 @@ class FedALSScaffold(FedALS, Scaffold):
         return spec
 
     def aggregate(self, server_round, replies):
-        # a part not averaged this round has Delta c = 0: pad to the full c for Scaffold's update
+        # a part not averaged this round has Delta c = 0: pad to the full c for SCAFFOLD's update
         zeros = {k: 0.0 * self.control[k] for k in self.body_params}
-        Scaffold.update_control(self, [Reply(r.pid, {"control-delta": {**zeros, **r.payload["control-delta"]}},
-                                             r.metrics) for r in replies])
+        self.control = updated_control(self.control, [{**zeros, **r.payload["control-delta"]} for r in replies],
+                                       len(self.train_pool()), None if self.cfg.aggregation == "mean" else self.combine)
         super().aggregate(server_round, replies)
+        self.split_control()
 
 
 ALGORITHMS = {"fedals": (FedALS, FedALSClient), "fedals-scaffold": (FedALSScaffold, FedALSScaffoldClient)}

@@ -23,6 +23,7 @@ class FedCM(FedStrategy):
 
     config_prefix = "fedcm"
     config_keys = (ALPHA, DECAY_IN_MIX, LR_DECAY)
+    client_keys = ("alpha", "decay-in-mix")
     checkpoint_attrs = ("momentum",)
 
     def __init__(self, cfg, model, dataset=None):

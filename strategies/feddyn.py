@@ -23,6 +23,7 @@ class FedDyn(FedStrategy):
 
     config_prefix = "feddyn"
     config_keys = (BETA, LR_DECAY)
+    client_keys = ("beta",)
     checkpoint_attrs = ("dual",)
     weighted = False
 

@@ -14,6 +14,7 @@ class FedProx(FedStrategy):
 
     config_prefix = "fedprox"
     config_keys = (Key("proximal-mu", float, 0.01, "Proximal coefficient mu.", low=0.0), LR_DECAY)
+    client_keys = ("proximal-mu",)
 
 
 ALGORITHMS = {"fedprox": (FedProx, FedProxClient)}

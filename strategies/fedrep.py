@@ -56,10 +56,10 @@ class FedRep(FedStrategy):
     def eval_broadcast(self, server_round):
         return {"body": self.body_state()}
 
-    def evaluate_contents(self, server_round, config=None):
+    def eval_config(self, pid, server_round):
         # a new client fits its head at evaluation with the run's lr and head-steps
-        return super().evaluate_contents(server_round, {**dict(config or {}), "lr": round_lr(self.cfg, server_round),
-                                                        **self.head_config(new=True)})
+        return {**super().eval_config(pid, server_round), "lr": round_lr(self.cfg, server_round),
+                **self.head_config(new=True)}
 
     def central_state(self) -> None:
         return None  # the body alone is no classifier

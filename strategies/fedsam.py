@@ -14,6 +14,7 @@ class FedSAM(FedStrategy):
 
     config_prefix = "fedsam"
     config_keys = (RHO, LR_DECAY)
+    client_keys = ("rho",)
 
 
 class MoFedSAM(FedCM):
@@ -22,6 +23,7 @@ class MoFedSAM(FedCM):
 
     config_prefix = "mofedsam"
     config_keys = (RHO, ALPHA, DECAY_IN_MIX, LR_DECAY)
+    client_keys = ("rho", "alpha", "decay-in-mix")
 
 
 ALGORITHMS = {"fedsam": (FedSAM, FedSAMClient), "mofedsam": (MoFedSAM, MoFedSAMClient)}

@@ -16,6 +16,7 @@ class FedSpeed(FedDyn):
 
     config_prefix = "fedspeed"
     config_keys = (RHO, BETA, LR_DECAY)
+    client_keys = ("rho", "beta")
 
 
 class FedSMOO(FedDyn):
@@ -41,6 +42,7 @@ class FedSMOO(FedDyn):
     config_keys = (RHO, BETA, Key("simulator-perturbation", bool, False,
                                   "Global perturbation from the mean of mu_i (public simulator) instead of mu_i - s_hat."),
                    LR_DECAY)
+    client_keys = ("rho", "beta", "simulator-perturbation")
     checkpoint_attrs = ("dual", "perturbation")
 
     def __init__(self, cfg, model, dataset=None):

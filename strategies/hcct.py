@@ -347,6 +347,7 @@ class HCCTP(HCCT):
         Key("head-start", str, "own", "HCCT-P local training starts from the client's own head ('own') or "
             "from the group's average of its members' heads ('group', the authors' code).", ("own", "group")),
     )
+    client_keys = ("head-start",)
 
     def shared_state_keys(self) -> list[str]:
         if self.cfg.algo("head-start") == "group":

@@ -18,6 +18,7 @@ class MaxFL(FedStrategy):
 
     config_prefix = "maxfl"
     config_keys = (Key("margin", float, 0.0, "Loss margin added to the client's own-model loss threshold."),)
+    client_keys = ("margin",)
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> None:
         joined = [r for r in replies if r.metrics["joined"]]

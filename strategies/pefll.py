@@ -98,6 +98,7 @@ class PeFLL(FedStrategy):
         self.v_stats: torch.Tensor | None = None  # (m, s) of the standardisation, set at the first step
         self.descriptor_log: list = []  # (round, v per client) of every evaluation, for descriptors.npz
         self.descriptor_hist: dict = {}
+        self.eval_descriptors: dict = {}  # the last evaluation's descriptors by partition id
 
     def build_embedding(self) -> torch.nn.Module:
         ds = self.dataset
@@ -122,10 +123,12 @@ class PeFLL(FedStrategy):
                 "descriptor-batch": cfg.algo("descriptor-batch")}
 
     def sgd_config(self) -> dict:
-        """The clients' local SGD: k steps of size beta, momentum, weight decay, clipping."""
+        """The clients' local SGD: the client settings with PeFLL's own k steps of size beta, momentum,
+        weight decay and clipping."""
         cfg = self.cfg
-        return {"local-steps": cfg.algo("k"), "lr": cfg.algo("beta"), "lambda-theta": cfg.algo("lambda-theta"),
-                "momentum": cfg.algo("momentum"), "inner-wd": cfg.algo("inner-wd"), "clip": cfg.algo("clip")}
+        return {**self.client_settings(cfg), "local-steps": cfg.algo("k"), "lr": cfg.algo("beta"),
+                "lambda-theta": cfg.algo("lambda-theta"), "momentum": cfg.algo("momentum"),
+                "weight-decay": cfg.algo("inner-wd"), "clip": cfg.algo("clip")}
 
     def phase(self, server_round: int, name: str) -> dict:
         """The config of one of the step's round trips (``round_trip``): the phase and its settings."""
@@ -257,7 +260,8 @@ class PeFLL(FedStrategy):
         pids = self.sample(server_round, sorted(self.clients), self.cfg.fraction_evaluate)
         thetas = self.personal_models(server_round, grid, pids)
         replies = self.round_trip(grid, server_round, {pid: {"theta": t} for pid, t in thetas.items()},
-                                  {"phase": "evaluate"}, None, MessageType.EVALUATE, "eval")
+                                  lambda pid: {**self.eval_config(pid, server_round), "phase": "evaluate"}, None,
+                                  MessageType.EVALUATE, "eval")
         self.save_descriptors(server_round)
         return dict(self.evaluation_metrics(replies) or {})
 
@@ -266,7 +270,7 @@ class PeFLL(FedStrategy):
         ``round`` and ``v`` (evaluations x clients x l, raw descriptors, NaN where a client did not
         answer); per client ``pid``, ``new`` (never trained on) and ``hist`` (training label counts),
         so the relation between descriptors and client data can be studied after a run."""
-        got = getattr(self, "eval_descriptors", {})
+        got = self.eval_descriptors
         if not got or self.results_path is None or "hist" not in next(iter(got.values())):
             return
         pids = sorted(self.clients)

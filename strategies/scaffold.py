@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from clients.scaffold import ScaffoldClient
 from fedapp.config import Key
 from fedapp.records import Tensors
-from strategies.base import LR_DECAY, FedStrategy, Reply, spec_of
+from strategies.base import LR_DECAY, FedStrategy, spec_of
+
+
+def updated_control(c: Tensors, deltas: list[Tensors], num_clients: int,
+                    combine: Callable[[list[Tensors], list[float]], Tensors] | None = None) -> Tensors:
+    """c + sum_{i in S} Delta c_i / N, N the training clients (SCAFFOLD and FedALS + SCAFFOLD); with
+    ``combine`` (a robust aggregation, run config 'aggregation'), c + |S|/N times its combination
+    of the Delta c_i."""
+    if combine is not None:
+        robust = combine(deltas, [1.0] * len(deltas))
+        return {k: v + robust[k] * (len(deltas) / num_clients) for k, v in c.items()}
+    return {k: v + sum(d[k] for d in deltas) / num_clients for k, v in c.items()}
 
 
 class Scaffold(FedStrategy):
@@ -35,23 +48,14 @@ class Scaffold(FedStrategy):
     def reply_spec(self, pid, server_round):
         return spec_of({"arrays": self.global_state, "control-delta": self.control})
 
-    def update_control(self, replies: list[Reply]) -> None:
-        """c <- c + sum_{i in S} Delta c_i / N (N: all training clients)."""
-        n = len(self.train_pool())
-        if self.cfg.aggregation != "mean":  # |S|/N times a robust combination of the Delta c_i
-            robust = self.combine([r.payload["control-delta"] for r in replies], [1.0] * len(replies))
-            self.control = {k: c + robust[k] * (len(replies) / n) for k, c in self.control.items()}
-            return
-        self.control = {k: c + sum(r.payload["control-delta"][k] for r in replies) / n
-                        for k, c in self.control.items()}
-
     def aggregate(self, server_round, replies):
         old = self.global_state
         super().aggregate(server_round, replies)  # unweighted mean of the y_i
         eta = self.cfg.algo("server-lr")
         self.global_state = {k: (old[k] + eta * (y - old[k])) if y.is_floating_point() else y
                              for k, y in self.global_state.items()}
-        self.update_control(replies)
+        self.control = updated_control(self.control, [r.payload["control-delta"] for r in replies],
+                                       len(self.train_pool()), None if self.cfg.aggregation == "mean" else self.combine)
 
 
 ALGORITHMS = {"scaffold": (Scaffold, ScaffoldClient)}

@@ -51,8 +51,7 @@ def test_fedsmoo_floor_steps_are_sam_steps_of_the_client_radius():
     """The FedSMOO floor's step is the SAM gradient of its clients' radius (plain SAM: no duals)."""
     import torch
 
-    from clients.sam import SAMClient
-    from fedapp.config import parse_run_config
+    from clients.sam import SAM
     from simulations.bench.floor import sam_gradient
     from simulations.bench.overhead import sam_rho
 
@@ -60,10 +59,8 @@ def test_fedsmoo_floor_steps_are_sam_steps_of_the_client_radius():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3))
     x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
-    client = SAMClient.__new__(SAMClient)
-    client.model, client.cfg = model, parse_run_config({"strategy": "fedsam", "fedsam.rho": 0.1})
     before = [p.detach().clone() for p in model.parameters()]
-    client.compute_gradient(x, y)
+    SAM().gradient(model, lambda: torch.nn.functional.cross_entropy(model(x), y), 0.1)
     ref = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     sam_gradient(model, x, y, 0.1)

@@ -89,7 +89,7 @@ def test_a_failed_round_leaves_the_last_committed_state(failure, small_config, t
 
     if failure == "training":  # the client has already changed its state when it fails
         def end_fit(self, payload, config):
-            self.state["control"] = {k: v + 1 for k, v in self.client_control.items()}
+            self.state["control"] = {k: v + 1 for k, v in self.scaffold.c_i.items()}
             crash()
         monkeypatch.setattr(ScaffoldClient, "end_fit", end_fit)
     else:  # the process dies between writing the temporary file and renaming it

@@ -10,6 +10,7 @@ from fedapp.experiment import client_data, model_for
 from fedapp.local import run_local
 from fedapp.records import content_bytes, make_content
 from strategies.base import weighted_mean
+from strategies.fedavg import FedAvg
 
 
 def test_weighted_mean_by_hand():
@@ -28,7 +29,7 @@ def test_fedavg_round_equals_weighted_average_of_local_training(small_config):
     states, weights = [], []
     for pid in range(cfg.num_clients):  # the same local training, without Flower
         client = FedAvgClient(cfg, model_for(cfg), client_data(cfg, pid))
-        payload, metrics = client.fit({"arrays": init}, {"server-round": 1, "lr": cfg.lr})
+        payload, metrics = client.fit({"arrays": init}, {**FedAvg.client_settings(cfg), "server-round": 1, "lr": cfg.lr})
         states.append(payload["arrays"])
         weights.append(metrics["num-examples"])
     expected = weighted_mean(states, weights)

@@ -12,6 +12,7 @@ from clients.fedsmoo import FedSMOOClient
 from fedapp.client_app import app
 from fedapp.config import parse_run_config
 from fedapp.experiment import model_for
+from fedapp import registry
 from fedapp.local import InProcessGrid, run_local
 from strategies.base import ClientInfo, Reply
 from strategies.fedavg import FedAvg
@@ -28,7 +29,9 @@ class Vector(torch.nn.Module):
 
 
 def quadratic(cls, run_config, w):
-    client = cls(parse_run_config(run_config), Vector(w), data=None)
+    cfg = parse_run_config(run_config)
+    client = cls(cfg, Vector(w), data=None)
+    client.config = registry.get(cfg.strategy).strategy.client_settings(cfg)  # what the server sends
     client.loss = lambda x, y: 0.5 * (A * client.model.w ** 2).sum()
     return client
 
@@ -45,7 +48,7 @@ def test_sam_step_by_hand_on_quadratic():
     client = quadratic(FedSAMClient, {"strategy": "fedsam", "fedsam.rho": 0.5}, [3.0, 2.0])
     one_step(client, lr=0.1)
     # g = [3, 4], ||g|| = 5, s_hat = 0.5 g / 5 = [0.3, 0.4], g(w + s_hat) = [3.3, 4.8]
-    assert torch.allclose(client.s_hat["w"], torch.tensor([0.3, 0.4]))
+    assert torch.allclose(client.sam.s_hat["w"], torch.tensor([0.3, 0.4]))
     assert torch.allclose(client.model.w.detach(), torch.tensor([3 - 0.33, 2 - 0.48]))
 
 

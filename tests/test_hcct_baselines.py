@@ -16,14 +16,17 @@ from fedapp.local import InProcessGrid, run_local
 from fedapp.records import content_bytes, make_content
 from fedapp.training import evaluate
 from strategies.base import Reply
+from strategies.fedavg import FedAvg
 from strategies.fedfa import FedFA
 from strategies.hcct import HCCTE
 from strategies.ifca import IFCA
+from strategies.maxfl import MaxFL
 
 
 def trained(cfg, pid, state, steps=30):
-    client = FedAvgClient(cfg.replace(local_steps=steps), model_for(cfg), client_data(cfg, pid))
-    return client.fit({"arrays": state}, {"server-round": 1, "lr": 0.1})[0]["arrays"]
+    client = FedAvgClient(cfg, model_for(cfg), client_data(cfg, pid))
+    config = {**FedAvg.client_settings(cfg), "local-steps": steps, "server-round": 1, "lr": 0.1}
+    return client.fit({"arrays": state}, config)[0]["arrays"]
 
 
 def test_independent_is_local_training(small_config):
@@ -33,7 +36,7 @@ def test_independent_is_local_training(small_config):
     init = model_for(cfg).state_dict()
     for pid in range(4):
         alone = FedAvgClient(cfg, model_for(cfg), client_data(cfg, pid)).fit(
-            {"arrays": init}, {"server-round": 1, "lr": cfg.lr})[0]["arrays"]
+            {"arrays": init}, {**FedAvg.client_settings(cfg), "server-round": 1, "lr": cfg.lr})[0]["arrays"]
         for k, v in alone.items():
             assert torch.allclose(strategy.models[pid][k], v, atol=1e-6)
     assert strategy.history[-1]["groups"] == [[0], [1], [2], [3]]
@@ -121,7 +124,7 @@ def test_ifca_and_flsc_clients_pick_the_lowest_loss_models(small_config):
     far = {k: v * 3 for k, v in init.items()}  # a worse model than the initial one
     payload = {"model-0": far, "model-1": good, "model-2": init}
     client = IFCAClient(cfg, model_for(cfg), client_data(cfg, 0))
-    _, metrics = client.fit(payload, {"server-round": 2, "lr": 0.1, "chosen": 1})
+    _, metrics = client.fit(payload, {**IFCA.client_settings(cfg), "server-round": 2, "lr": 0.1, "chosen": 1})
     assert metrics["cluster-mask"] == 0b010
     client = IFCAClient(cfg, model_for(cfg), client_data(cfg, 0))
     client.receive(payload, {"chosen": 2})
@@ -161,11 +164,12 @@ def test_maxfl_client_joins_only_when_the_global_model_is_good_enough(small_conf
     cfg = parse_run_config({**small_config, "strategy": "maxfl"})
     init = model_for(cfg).state_dict()
     own = trained(cfg, 0, init)
+    settings = MaxFL.client_settings(cfg)
     client = MaxFLClient(cfg, model_for(cfg), client_data(cfg, 0), state={"local": own})
-    _, metrics = client.fit({"arrays": init}, {"server-round": 2, "lr": 0.1})
+    _, metrics = client.fit({"arrays": init}, {**settings, "server-round": 2, "lr": 0.1})
     assert metrics["joined"] == 0  # its own model has the lower loss: it keeps training that one
     client = MaxFLClient(cfg, model_for(cfg), client_data(cfg, 0), state={"local": init})
-    _, metrics = client.fit({"arrays": own}, {"server-round": 2, "lr": 0.1})
+    _, metrics = client.fit({"arrays": own}, {**settings, "server-round": 2, "lr": 0.1})
     assert metrics["joined"] == 1
     assert math.isclose(cfg.algo("margin"), 0.0)
     # evaluation follows the same rule: a client whose own model is better is evaluated with it
@@ -174,7 +178,7 @@ def test_maxfl_client_joins_only_when_the_global_model_is_good_enough(small_conf
     own_model.load_state_dict(own)
     d = client_data(cfg, 0)
     by_hand = evaluate(own_model, d.test_x, d.test_y, mean=d.mean, std=d.std)
-    assert client.evaluate({"arrays": init}, {"server-round": 3}) == by_hand
+    assert client.evaluate({"arrays": init}, {**settings, "server-round": 3}) == ({}, by_hand)
 
 
 @pytest.mark.parametrize("strategy", ["ifca", "flsc", "maxfl"])

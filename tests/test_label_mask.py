@@ -62,17 +62,17 @@ def test_client_masks_with_its_training_classes():
     data = ClientData(0, torch.eye(4)[[0, 1, 0]], torch.tensor([1, 0, 1]), torch.eye(4), TEST_Y,
                       num_classes=4, mean=(), std=(), augment=False)
     payload = {"arrays": table_model().state_dict()}
-    on = FedAvgClient(parse_run_config({"eval-label-mask": "exclude"}), table_model(), data)
-    off = FedAvgClient(parse_run_config({}), table_model(), data)
+    on, off = (FedAvgClient(parse_run_config({}), table_model(), data) for _ in range(2))
+    on.config, off.config = {"eval-label-mask": "exclude"}, {"eval-label-mask": "off"}  # as the server sends it
     assert torch.equal(on.eval_classes(), PRESENT) and off.eval_classes() is None
     unmasked = evaluate(table_model(), torch.eye(4), TEST_Y)
-    assert on.evaluate(payload, {}) == {**evaluate(table_model(), torch.eye(4), TEST_Y, classes=PRESENT),
-                                        **{f"unmasked-{k}": v for k, v in unmasked.items()}}
-    assert off.evaluate(payload, {}) == unmasked
+    assert on.evaluate(payload, on.config)[1] == {**evaluate(table_model(), torch.eye(4), TEST_Y, classes=PRESENT),
+                                                  **{f"unmasked-{k}": v for k, v in unmasked.items()}}
+    assert off.evaluate(payload, off.config) == ({}, unmasked)
     # a validation split is evaluated the same way, as val-*
     data.val_x, data.val_y = torch.eye(4)[[1, 3]], torch.tensor([1, 3])
     val = evaluate(table_model(), data.val_x, data.val_y, classes=PRESENT)
-    assert {k[4:]: v for k, v in on.evaluate(payload, {}).items() if k.startswith("val-")} == val
+    assert {k[4:]: v for k, v in on.evaluate(payload, on.config)[1].items() if k.startswith("val-")} == val
 
 
 def test_zero_mask_multiplies_logits_by_presence_as_the_authors_code():

@@ -12,6 +12,7 @@ from fedapp.experiment import ClientData, client_data, dataset, model_for
 from fedapp.models import body_head_keys
 from strategies.base import weighted_mean
 from strategies.fedrep import FedRep
+from strategies.local import Local
 from strategies.pfedhn import PFedHN
 from tests.test_pefll import image_config, run_recorded  # noqa: F401  (fixture)
 
@@ -24,7 +25,8 @@ def test_local_clients_train_alone_and_send_nothing(image_config):
     row = strategy.history[-1]
     assert row["replies"] == 6 and row["train-params-down"] == row["train-params-up"] == 0
     client = FedAvgClient(cfg, model_for(cfg), client_data(cfg, 2))  # the same training, without Flower
-    expected, _ = client.fit({"arrays": model_for(cfg).state_dict()}, {"server-round": 1, "lr": cfg.lr})
+    expected, _ = client.fit({"arrays": model_for(cfg).state_dict()},
+                             {**Local.client_settings(cfg), "server-round": 1, "lr": cfg.lr})
     kept = grid.contexts[103].state["state.model"]
     for k, v in expected["arrays"].items():
         torch.testing.assert_close(torch.from_numpy(kept[k].numpy()), v)
@@ -43,7 +45,8 @@ def test_fedrep_averages_bodies_and_keeps_heads(image_config):
     for pid in seen:  # head steps with the body frozen, then body steps with the head frozen
         c = FedRepClient(cfg, model_for(cfg), client_data(cfg, pid))
         init = model_for(cfg).state_dict()
-        out, m = c.fit({"body": {k: init[k] for k in body}}, {"server-round": 1, "lr": cfg.lr, "head-steps": 2})
+        out, m = c.fit({"body": {k: init[k] for k in body}}, {**FedRep.client_settings(cfg), "server-round": 1, "lr": cfg.lr,
+                                                               "head-steps": 2, "head-epochs": 0})
         assert not torch.equal(c.state["head"]["fc.weight"], init["fc.weight"])
         bodies.append(out["body"])
         weights.append(m["num-examples"])
@@ -97,9 +100,12 @@ def test_fedrep_epochs_as_the_pefll_paper_runs_it():
     data = ClientData(0, torch.zeros(10, 60), torch.zeros(10, dtype=torch.long), torch.zeros(2, 60),
                       torch.zeros(2, dtype=torch.long), 10, (), (), False)
     client = FedRepClient(cfg, model_for(cfg), data)
-    assert client.head_steps_of(strategy.head_config()) == 5 * 3  # 10 examples in batches of 4: 3 a pass
-    assert client.head_steps_of(strategy.head_config(new=True)) == 20 * 3
-    assert client.head_steps_of({"head-steps": 7, "head-epochs": 0}) == 7
+    client.config = strategy.train_config(0, 1)
+    assert client.head_steps() == 5 * 3  # 10 examples in batches of 4: 3 a pass
+    client.config = strategy.eval_config(0, 1)
+    assert client.head_steps() == 20 * 3
+    client.config = {"head-steps": 7, "head-epochs": 0}
+    assert client.head_steps() == 7
 
 
 def test_pfedhn_class_split_with_validation_and_test_set():

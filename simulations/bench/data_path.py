@@ -23,6 +23,7 @@ from clients.base import FedClient
 from fedapp.config import parse_run_config
 from fedapp.experiment import client_data
 from fedapp.models import build_model
+from strategies.fedavg import FedAvg
 
 
 def main() -> None:
@@ -38,6 +39,7 @@ def main() -> None:
     data = client_data(cfg, 0)
     model = build_model(cfg.model, tuple(data.train_x.shape[1:]), data.num_classes)
     client = FedClient(cfg, model, data)
+    client.config = FedAvg.client_settings(cfg)  # the settings a training message carries
     bs = cfg.batch_size
     loader = client.loader(0)
     batches = [loader.next_batch() for _ in range(a.steps)]
