@@ -24,8 +24,11 @@ class IFCAClient(FedClient):
         return evaluate(self.model, d.train_x[:SCORE_EXAMPLES], d.train_y[:SCORE_EXAMPLES], mean=d.mean,
                         std=d.std, device=self.device)["loss"]
 
-    def receive(self, payload: Payload, config: dict) -> None:
-        if "arrays" in payload:  # evaluation of the models chosen in training
+    def load_model(self, payload: Payload) -> None:
+        """The models chosen in training (``arrays``), or, from the k ``model-j``, the average of the
+        ``chosen`` with the lowest loss on local training data (training, and the evaluation of a
+        client that never trained)."""
+        if "arrays" in payload:
             self.load_tensors(payload["arrays"])
             return
         models = [payload[f"model-{j}"] for j in range(len(payload))]
@@ -33,7 +36,7 @@ class IFCAClient(FedClient):
         for m in models:
             self.load_tensors(m)
             losses.append(self.train_loss())
-        self.chosen = sorted(range(len(models)), key=losses.__getitem__)[: int(config.get("chosen", 1))]
+        self.chosen = sorted(range(len(models)), key=losses.__getitem__)[: int(self.setting("chosen"))]
         self.load_tensors(weighted_mean([models[j] for j in self.chosen], [1.0] * len(self.chosen)))
 
     def fit(self, payload: Payload, config: dict):

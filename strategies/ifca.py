@@ -52,6 +52,9 @@ class IFCA(FedStrategy):
     def train_config(self, pid: int, server_round: int):
         return {**super().train_config(pid, server_round), "chosen": self.chosen()}
 
+    def eval_config(self, pid: int, server_round: int):
+        return {**super().eval_config(pid, server_round), "chosen": self.chosen()}
+
     def aggregate(self, server_round: int, replies: list[Reply]) -> None:
         for r in replies:
             mask = int(r.metrics["cluster-mask"])

@@ -21,6 +21,7 @@ from strategies.fedfa import FedFA
 from strategies.hcct import HCCTE
 from strategies.ifca import IFCA
 from strategies.maxfl import MaxFL
+from tests.test_pefll import image_config, run_recorded  # noqa: F401  (fixture)
 
 
 def trained(cfg, pid, state, steps=30):
@@ -127,7 +128,8 @@ def test_ifca_and_flsc_clients_pick_the_lowest_loss_models(small_config):
     _, metrics = client.fit(payload, {**IFCA.client_settings(cfg), "server-round": 2, "lr": 0.1, "chosen": 1})
     assert metrics["cluster-mask"] == 0b010
     client = IFCAClient(cfg, model_for(cfg), client_data(cfg, 0))
-    client.receive(payload, {"chosen": 2})
+    client.config = {"chosen": 2}
+    client.load_model(payload)
     assert client.chosen == [1, 2]
     assert torch.allclose(client.model.state_dict()["fc.weight"], (good["fc.weight"] + init["fc.weight"]) / 2)
 
@@ -200,3 +202,25 @@ def test_payloads_built_per_client_reach_their_own_client(small_config):
     for pid, chosen in strategy.choices.items():
         expected = sum(strategy.cluster_models[j]["fc.bias"] for j in chosen) / len(chosen)
         assert torch.allclose(torch.from_numpy(biases[pid]), expected, atol=1e-6)
+
+
+def test_ifca_and_flsc_evaluate_a_client_that_never_trained(image_config):
+    """A new client gets the k models at evaluation and scores them as in training: its metrics are
+    those of the average of its `chosen` lowest-loss models on its own test split."""
+    for strategy_name, extra in (("ifca", {"ifca.clusters": 3}), ("flsc", {"flsc.clusters": 3, "flsc.n-g": 2})):
+        run_config = {**image_config, "strategy": strategy_name, "fraction-evaluate": 1.0, "local-steps": 2, **extra}
+        strategy, grid = run_recorded(run_config)
+        row = strategy.history[-1]
+        assert "client-error" not in " ".join(row) and row["replies"] == 3
+        unseen = sorted(strategy.unseen)
+        cfg = parse_run_config(run_config)
+        accs = []
+        for pid in unseen:  # the same choice and evaluation, without Flower
+            client = IFCAClient(cfg, model_for(cfg), client_data(cfg, pid))
+            client.config = {**type(strategy).client_settings(cfg), "chosen": strategy.chosen()}
+            client.load_model({f"model-{j}": m for j, m in enumerate(strategy.cluster_models)})
+            assert len(client.chosen) == strategy.chosen()
+            m = client.evaluate_local()
+            accs.append((m["accuracy"] * m["num-examples"], m["num-examples"]))
+        # pooled over the new clients' test examples
+        assert row["fed-unseen-accuracy"] == pytest.approx(sum(c for c, _ in accs) / sum(n for _, n in accs))
