@@ -28,9 +28,11 @@ run again, so a stopped sweep resumes. ``<out>``: ``--out``, else the ``results-
 from __future__ import annotations
 
 import argparse
+import fcntl
 import importlib
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -154,17 +156,32 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     logging.getLogger("flwr").setLevel(logging.WARNING)
     out.mkdir(parents=True, exist_ok=True)
-    done = {r.get("run", f"{r['method']}-s{r['seed']}") for r in rows}  # rows of older runners have no "run"
     for name, method, config in runs:
-        if name in done:
+        if name in done_runs(summary_file):  # read again: another runner may share this folder
             continue
         t0 = time.time()
         strategy = run_local({**config, "results-dir": str(out), "run-name": name})
         row = {"run": name, "method": method, "seed": config.get("seed", 0), "seconds": round(time.time() - t0, 1),
                **report.summarize(strategy.history, config, args)}
         print(json.dumps(row), flush=True)
+        add_row(summary_file, row)
+
+
+def done_runs(summary_file: Path) -> set[str]:
+    rows = json.loads(summary_file.read_text()) if summary_file.exists() else []
+    return {r.get("run", f"{r['method']}-s{r['seed']}") for r in rows}  # rows of older runners have no "run"
+
+
+def add_row(summary_file: Path, row: dict) -> None:
+    """Append ``row`` to the summary under an exclusive lock, re-reading the file first and replacing it
+    atomically, so runners writing to one folder at once (two cores, one queue) lose no row."""
+    with open(summary_file.with_name(summary_file.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        rows = json.loads(summary_file.read_text()) if summary_file.exists() else []
         rows.append(row)
-        summary_file.write_text(json.dumps(rows, indent=1) + "\n")
+        tmp = summary_file.with_name(summary_file.name + ".tmp")
+        tmp.write_text(json.dumps(rows, indent=1) + "\n")
+        os.replace(tmp, summary_file)
 
 
 def paper_of(path: Path) -> str:

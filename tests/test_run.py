@@ -87,3 +87,23 @@ def test_methods_sweep_and_tuned_lr_compose_in_order(tmp_path):
     assert runner.default_out(ROOT / "simulations/hcct/fmnist/hcct.toml", {}) == ROOT / "results/hcct/fmnist"
     assert runner.default_out(ROOT / "simulations/fedals/cpu-cifar10-resnet20.toml", {}) == \
         ROOT / "results/fedals/cpu-cifar10-resnet20"
+
+
+def _append_rows(summary_file, tag, n):
+    from simulations.run import add_row
+    for i in range(n):
+        add_row(summary_file, {"run": f"{tag}-{i}", "method": tag, "seed": i})
+
+
+def test_two_runners_writing_one_summary_lose_no_row(tmp_path):
+    """Two processes appending to one summary.json at once (two runners sharing a results folder)."""
+    import multiprocessing as mp
+
+    from simulations.run import done_runs
+    summary = tmp_path / "summary.json"
+    procs = [mp.get_context("fork").Process(target=_append_rows, args=(summary, tag, 60)) for tag in "ab"]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    assert done_runs(summary) == {f"{t}-{i}" for t in "ab" for i in range(60)}
