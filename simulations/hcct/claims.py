@@ -81,7 +81,8 @@ def collect(runs: Path) -> None:
             rounds = folder / f"{r['method']}-s{r['seed']}" / "rounds.json"
             if r["groups"] is not None and rounds.exists():
                 r["groups-per-epoch"] = [x["groups"] for x in json.loads(rounds.read_text())["rounds"] if "groups" in x]
-        (SUMMARIES / f"{name}.json").write_text(json.dumps(out, indent=1) + "\n")
+        # one run per line: the per-epoch groups and client errors would take thousands of lines indented
+        (SUMMARIES / f"{name}.json").write_text("[\n" + ",\n".join(json.dumps(r) for r in out) + "\n]\n")
         print(f"{runs / name}[-chain*] -> {SUMMARIES / name}.json ({len(out)} runs)")
 
 
