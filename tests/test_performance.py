@@ -123,3 +123,38 @@ def test_reply_polling_waits_at_most_20_ms_in_a_simulation_and_100_ms_over_http(
         monkeypatch.setattr(base.time, "sleep", waits.append)
         assert len(base.send_and_receive(Slow(), ["a message"], timeout=None)) == 1
         assert waits == [min(0.01 * 2 ** i, longest) for i in range(11)]
+
+
+def _patches(ax) -> list[tuple]:
+    return [(p.get_x(), p.get_y(), p.get_width(), p.get_height(), tuple(p.get_facecolor())) for p in ax.patches]
+
+
+def test_partition_figure_draws_the_counts_as_flower_datasets_does():
+    """The bars are the partition's class counts, stacked, and every bar, colour, tick and legend
+    entry is the one flwr-datasets' plot_label_distributions draws from the labels themselves."""
+    import datasets
+    from flwr_datasets.visualization import plot_label_distributions
+
+    from fedapp.results import partition_figure
+
+    class Fixed:  # partitions in flwr-datasets' Partitioner shape
+        dataset = datasets.Dataset.from_dict({"label": np.random.default_rng(0).integers(0, 4, 300)})
+        num_partitions = 23
+
+        def load_partition(self, i):
+            return self.dataset.select(range(i * 13, (i + 1) * 13))
+
+    labels = np.asarray(Fixed.dataset["label"])
+    counts = np.stack([np.bincount(labels[i * 13:(i + 1) * 13], minlength=4) for i in range(23)])
+    ref, _, frame = plot_label_distributions(Fixed(), "label", plot_type="bar", legend=True, verbose_labels=False,
+                                             title="t")
+    fig = partition_figure(counts, "t")
+    ax = fig.axes[0]
+    heights = np.array([p.get_height() for p in ax.patches]).reshape(4, 23).T  # class by class
+    assert np.array_equal(heights, counts) and np.array_equal(frame.to_numpy(), counts)
+    assert _patches(ax) == _patches(ref.axes[0])
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["3", "2", "1", "0"] == [
+        t.get_text() for t in ref.legends[0].get_texts()]
+    assert [(t.get_text(), t.get_visible()) for t in ax.get_xticklabels()] == [
+        (t.get_text(), t.get_visible()) for t in ref.axes[0].get_xticklabels()]
+    assert ax.get_xlim() == ref.axes[0].get_xlim() and ax.get_title() == "t"
