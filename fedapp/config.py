@@ -77,9 +77,9 @@ def _datasets() -> Iterable[str]:
 
 
 def _partitions() -> Iterable[str]:
-    from fedapp.data import PARTITIONERS
+    from fedapp.data import PARTITION_NAMES
 
-    return PARTITIONERS
+    return PARTITION_NAMES
 
 
 def _models() -> Iterable[str]:
