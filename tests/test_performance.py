@@ -212,3 +212,30 @@ def test_a_client_process_leaves_the_partitioners_and_their_packages_out(small_c
     assert first.stdout.split("\n")[-2] == "['datasets', 'fedapp.data.partitioners', 'flwr_datasets', 'matplotlib', 'pandas']"
     assert again.stdout.split("\n")[-2] == "[]"
     assert again.stdout.split("\n")[-3] == first.stdout.split("\n")[-3]
+
+
+def test_partition_indices_read_as_arrow_equal_the_row_by_row_reading(monkeypatch):
+    """Every partitioner's index arrays, read from its partitions as one Arrow column, are the
+    ones numpy gets by iterating the partitions' rows."""
+    import datasets
+
+    from fedapp.data.partitioners import PARTITIONERS, partition_indices
+
+    labels = np.random.default_rng(0).integers(0, 10, 400)
+    natural = np.arange(400) % 8
+    for name in PARTITIONERS:
+        kw = {"natural_ids": natural} if name == "natural" else {}
+        fast = partition_indices(name, labels, 8, 1, num_shards=16, **kw)
+        with monkeypatch.context() as m:  # the reading before: np.asarray over the column, row by row
+            m.setattr(datasets.Dataset, "with_format", lambda self, kind: _RowByRow(self))
+            slow = partition_indices(name, labels, 8, 1, num_shards=16, **kw)
+        assert len(fast) == len(slow) == 8, name
+        assert all(f.dtype == np.int64 and np.array_equal(f, s) for f, s in zip(fast, slow)), name
+
+
+class _RowByRow:
+    def __init__(self, ds):
+        self.ds = ds
+
+    def __getitem__(self, key):
+        return SimpleNamespace(to_numpy=lambda: np.asarray(self.ds[key], dtype=np.int64))

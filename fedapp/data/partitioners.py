@@ -412,7 +412,10 @@ def partition_indices(
     if natural_ids is not None:
         columns["natural_id"] = np.asarray(natural_ids)[order]
     partitioner.dataset = datasets.Dataset.from_dict(columns)
-    return [np.asarray(partitioner.load_partition(i)["idx"], dtype=np.int64) for i in range(num_partitions)]
+    # read as one Arrow column: numpy over the Dataset's column goes through it row by row (1 CPU s
+    # for 50,000 rows)
+    return [np.asarray(partitioner.load_partition(i).with_format("arrow")["idx"].to_numpy(), dtype=np.int64)
+            for i in range(num_partitions)]
 
 
 def half_classes_test_split(train_labels: np.ndarray, test_labels: np.ndarray, n: int, seed: int) -> list[np.ndarray]:
