@@ -77,9 +77,9 @@ def _datasets() -> Iterable[str]:
 
 
 def _partitions() -> Iterable[str]:
-    from fedapp.data import PARTITIONERS
+    from fedapp.data import PARTITION_NAMES
 
-    return PARTITIONERS
+    return PARTITION_NAMES
 
 
 def _models() -> Iterable[str]:
@@ -154,6 +154,7 @@ COMMON_KEYS: tuple[Key, ...] = (
         "tensorboard/ (needs the tensorboard extra: pip install -e '.[tensorboard]')."),
     Key("state-memory-mb", float, 2048.0, "Memory for all clients' persistent state: a client whose state times num-clients exceeds it keeps it on disk (0: never).", low=0.0),
     Key("state-spill-dir", str, "", "Directory for spilled client state; '' is fedapp-state under the system's temp dir."),
+    Key("reply-memory-mb", float, 2048.0, "Memory for one exchange's replies at the server: when the replies together would exceed it, each goes to a file in state-spill-dir (or the system's temp dir) as it arrives, and is read back as it is aggregated (0: always).", low=0.0),
     Key("checkpoint-every", int, 1, "Write the server's full state to the run folder every this many rounds (0: never).", low=0),
     Key("resume-from", str, "", "Checkpoint file (or run folder holding checkpoint.pt) to continue a run from."),
     Key("fault-fraction", float, 0.0, "Share of clients whose training/evaluation replies are faulty (fault injection).", low=0.0, high=1.0),

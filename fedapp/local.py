@@ -21,7 +21,7 @@ import multiprocessing as mp
 import os
 import time
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any
 from uuid import uuid4
@@ -114,6 +114,8 @@ class InProcessGrid(Grid):
         # Messages take their run and source from the process's task identity, as in a ServerApp.
         TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, run_id, SUPERLINK_NODE_ID
         self._replies: dict[str, Message] = {}
+        #: called with each reply as it is computed (the server spills large ones at once)
+        self.on_reply: Callable[[Message], Message] | None = None
         # node ids that answer discovery but no training or evaluation message: connected
         # nodes that drop out (the reference run for faulty clients)
         self.offline: set[int] = set()
@@ -179,9 +181,12 @@ class InProcessGrid(Grid):
 
     def _answer(self, mid: str, msg: Message, kind: str, out: Any) -> None:
         if kind == "reply":
-            self._replies[mid] = Message(out, reply_to=msg)
+            reply = Message(out, reply_to=msg)
         elif kind == "error":
-            self._replies[mid] = Message(Error(code=0, reason=out), reply_to=msg)
+            reply = Message(Error(code=0, reason=out), reply_to=msg)
+        else:
+            return
+        self._replies[mid] = self.on_reply(reply) if self.on_reply else reply
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
         return [self._replies.pop(m) for m in message_ids if m in self._replies]

@@ -77,23 +77,17 @@ class ResultsWriter:
         atomic_write(self.path / CLIENTS_CSV, _csv(self._client_rows, CLIENT_COLUMNS))
 
     def write_partition(self, labels, parts, num_classes: int) -> None:
-        """``partition.csv`` (examples per client and class) and ``partition.png``, drawn by
-        flwr-datasets' own ``plot_label_distributions``."""
+        """``partition.csv`` (examples per client and class) and ``partition.png``, the figure of
+        flwr-datasets' ``plot_label_distributions`` (bar type), drawn from the same counts."""
         counts = np.stack([np.bincount(labels[p], minlength=num_classes) for p in parts])
         rows = [{"partition-id": i, **{f"class-{c}": int(n) for c, n in enumerate(row)}, "total": int(row.sum())}
                 for i, row in enumerate(counts)]
         atomic_write(self.path / "partition.csv", _csv(rows, list(rows[0])))
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from flwr_datasets.visualization import plot_label_distributions
-
-        fig, _, _ = plot_label_distributions(_FixedPartitioner(labels, parts), "label", plot_type="bar",
-                                             legend=num_classes <= 20, verbose_labels=False,
-                                             title=f"{self.cfg.partition} partition of {self.cfg.dataset}")
         buf = io.BytesIO()
+        fig = partition_figure(counts, f"{self.cfg.partition} partition of {self.cfg.dataset}")
         fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+        import matplotlib.pyplot as plt
+
         plt.close(fig)
         atomic_write(self.path / "partition.png", buf.getvalue())
 
@@ -149,22 +143,41 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-class _FixedPartitioner:
-    """Given partitions in flwr-datasets' ``Partitioner`` shape, for its visualisation."""
-
-    def __init__(self, labels, parts):
-        import datasets
-
-        self.dataset = datasets.Dataset.from_dict({"label": labels})
-        self._parts = parts
-        self.num_partitions = len(parts)
-
-    def load_partition(self, partition_id: int):
-        return self.dataset.select(self._parts[partition_id])
-
-
 #: the accuracy columns a results row may carry, in the order plots draw them
 ACCURACIES = ("central-accuracy", "fed-accuracy", "fed-seen-accuracy", "fed-unseen-accuracy")
+
+
+def partition_figure(counts: np.ndarray, title: str):
+    """Stacked bars of examples per class (columns of ``counts``) for each client (rows), as
+    flwr-datasets' ``plot_label_distributions`` draws them (its bar plot: RdYlGn colours, the
+    legend outside on the right with the last class on top, every other client id from 21 clients
+    on). That function counts the labels again by iterating a Hugging Face dataset row by row:
+    1.3-1.45 CPU s for CIFAR-10's 50,000 labels, on the ServerApp's way to round 1."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    num_clients, num_classes = counts.shape
+    x = np.arange(num_clients)
+    cmap = plt.get_cmap("RdYlGn")
+    bottom = np.zeros(num_clients, dtype=np.int64)
+    for c, color in enumerate(cmap(np.linspace(0, 1, num_classes))):
+        ax.bar(x, counts[:, c], 0.5, bottom=bottom, color=color, label=str(c))
+        bottom = bottom + counts[:, c]
+    ax.set_xticks(x, [str(i) for i in x], rotation=0)
+    ax.set_xlim(-0.5, num_clients - 0.5)
+    ax.set(title=title, xlabel="Partition ID", ylabel="Count")
+    if num_classes <= 20:
+        handles, labels = ax.get_legend_handles_labels()
+        shift = min(0.05 + len(str(num_classes - 1)) / 100, 0.15)
+        fig.legend(handles[::-1], labels[::-1], title="Labels", loc="outside center right",
+                   bbox_to_anchor=(1.0 + shift, 0.5))
+    if num_clients > 20:
+        for tick in ax.get_xticklabels()[1::2]:
+            tick.set_visible(False)
+    return fig
 
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str = "") -> None:

@@ -40,6 +40,7 @@ from fedapp.data import Dataset
 from fedapp.experiment import round_lr, unseen_clients
 from fedapp.records import (Payload, Tensors, array_numpy, content_bytes, from_record, make_content, payload_of,
                              to_record)
+from fedapp.spill import SpilledContent, spill
 from fedapp.training import evaluate
 
 Spec = dict[str, dict[str, tuple[tuple[int, ...], torch.dtype]]]
@@ -99,15 +100,24 @@ def flower_grids() -> tuple[type, type]:
 PULL_WAIT = {"memory": 0.02, "http": 0.1}
 
 
-def send_and_receive(grid: Grid, msgs: list[Message], timeout: float | None) -> list[Message]:
+def send_and_receive(grid: Grid, msgs: list[Message], timeout: float | None,
+                     arrived: Callable[[Message], Message] | None = None) -> list[Message]:
     """``grid.send_and_receive`` with a short poll: Flower's grids sleep between pulls (3 s for
     the HTTP grid of a deployment, 0.1 s for a simulation's in-memory grid), which rounds every
     exchange up to a multiple of that. The wait doubles from 10 ms to ``PULL_WAIT`` (20 ms in a
     simulation, where PeFLL's three exchanges a step would each wait up to 0.1 s more; 0.1 s
-    over HTTP), so a reply is seen at most that late."""
+    over HTTP), so a reply is seen at most that late. Each reply goes through ``arrived`` as it
+    arrives (fedapp.local's grid calls it as it computes the reply)."""
+    arrived = arrived or (lambda msg: msg)
     http, memory = flower_grids()
     if not isinstance(grid, (http, memory)):  # InProcessGrid answers without sleeping
-        return list(grid.send_and_receive(msgs, timeout=timeout))
+        if hasattr(grid, "on_reply"):
+            grid.on_reply = arrived
+            try:
+                return list(grid.send_and_receive(msgs, timeout=timeout))
+            finally:
+                grid.on_reply = None
+        return [arrived(msg) for msg in grid.send_and_receive(msgs, timeout=timeout)]
     longest = PULL_WAIT["memory" if isinstance(grid, memory) else "http"]
     pending = set(grid.push_messages(msgs))
     end = None if timeout is None else time.time() + timeout
@@ -115,7 +125,7 @@ def send_and_receive(grid: Grid, msgs: list[Message], timeout: float | None) -> 
     wait = 0.01
     while True:
         got = list(grid.pull_messages(pending))
-        replies += got
+        replies += [arrived(msg) for msg in got]
         pending -= {m.metadata.reply_to_message_id for m in got}
         if not pending or (end is not None and time.time() >= end):
             return replies
@@ -165,6 +175,9 @@ class FedStrategy(Strategy):
         self.sent: dict[int, RecordDict] = {}  # node id -> the content sent in the current exchange
         self.references: dict[int, tuple[ArrayRecord, Tensors]] = {}  # decoded sent records, by id
         self.refused: dict[int, int] = {}  # node id -> the partition id it claimed that another node serves
+        #: id of a reply of the last exchange -> (the reply, its arrays on disk) (``reply-memory-mb``),
+        #: until parse_replies reads them
+        self.spilled: dict[int, tuple[Message, SpilledContent]] = {}
         # names this run's client state at the sites (every message carries it); a checkpoint keeps
         # it, so only a run resumed from this one's checkpoint finds that state
         self.run_key = f"{cfg.run_name or cfg.strategy}-{uuid.uuid4().hex[:12]}"
@@ -249,12 +262,19 @@ class FedStrategy(Strategy):
             self.traffic[f"{traffic}-bytes-down"] += nbytes
             self.traffic[f"{traffic}-params-down"] += params
         self.sent, self.references = {msg.metadata.dst_node_id: msg.content for msg in msgs}, {}
-        replies = send_and_receive(grid, msgs, self.cfg.round_timeout) if msgs else []
-        for msg in replies:
+        budget, self.spilled = self.cfg.reply_memory_mb * 2**20, {}
+
+        def arrived(msg: Message) -> Message:
             if msg.has_content():
                 nbytes, params = content_bytes(msg.content)
                 self.traffic[f"{traffic}-bytes-up"] += nbytes
                 self.traffic[f"{traffic}-params-up"] += params
+                if nbytes * len(msgs) > budget:  # all of them together would not fit: to disk now
+                    msg.content, spilled = spill(msg.content, self.cfg.state_spill_dir or None)
+                    self.spilled[id(msg)] = (msg, spilled)
+            return msg
+
+        replies = send_and_receive(grid, msgs, self.cfg.round_timeout, arrived) if msgs else []
         missing = len(msgs) - len(replies)
         if missing:
             self.drop("timeout", missing)
@@ -285,8 +305,10 @@ class FedStrategy(Strategy):
                 first = (msg.error.reason or "?").strip().splitlines()[0][:120]
                 self.drop(f"client-error: {first}", pid=pid, detail=msg.error.reason[:500])
                 continue
+            spilled = self.spilled.pop(id(msg), (None, None))[1]
+            content = msg.content if spilled is None else spilled.content(msg.content)  # one reply at a time
             try:
-                reason = self.check_reply(msg.content, pid, expected.get(pid))
+                reason = self.check_reply(content, pid, expected.get(pid))
             except Exception as exc:  # a reply too odd to check (wrong record types, ...) is bad too
                 reason = f"malformed: {type(exc).__name__}: {exc}"
             if reason is None and pid in valid:
@@ -300,7 +322,7 @@ class FedStrategy(Strategy):
                 log(WARNING, "partition %d claims %d examples, %d at discovery: counted as %d", pid,
                     metrics["num-examples"], cap, cap)
                 metrics["num-examples"] = float(cap)
-            valid[pid] = Reply(pid, payload_of(msg.content), metrics)
+            valid[pid] = Reply(pid, payload_of(content) if spilled is None else spilled.payload(), metrics)
         out = [valid[pid] for pid in sorted(valid)]
         return self.robust(out) if any(s is not None for s in expected.values()) else out
 

@@ -3,6 +3,7 @@ crop, per-process client data, and client state spilled to disk; Ray's workers k
 priority."""
 
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -123,3 +124,118 @@ def test_reply_polling_waits_at_most_20_ms_in_a_simulation_and_100_ms_over_http(
         monkeypatch.setattr(base.time, "sleep", waits.append)
         assert len(base.send_and_receive(Slow(), ["a message"], timeout=None)) == 1
         assert waits == [min(0.01 * 2 ** i, longest) for i in range(11)]
+
+
+def _patches(ax) -> list[tuple]:
+    return [(p.get_x(), p.get_y(), p.get_width(), p.get_height(), tuple(p.get_facecolor())) for p in ax.patches]
+
+
+def test_partition_figure_draws_the_counts_as_flower_datasets_does():
+    """The bars are the partition's class counts, stacked, and every bar, colour, tick and legend
+    entry is the one flwr-datasets' plot_label_distributions draws from the labels themselves."""
+    import datasets
+    from flwr_datasets.visualization import plot_label_distributions
+
+    from fedapp.results import partition_figure
+
+    class Fixed:  # partitions in flwr-datasets' Partitioner shape
+        dataset = datasets.Dataset.from_dict({"label": np.random.default_rng(0).integers(0, 4, 300)})
+        num_partitions = 23
+
+        def load_partition(self, i):
+            return self.dataset.select(range(i * 13, (i + 1) * 13))
+
+    labels = np.asarray(Fixed.dataset["label"])
+    counts = np.stack([np.bincount(labels[i * 13:(i + 1) * 13], minlength=4) for i in range(23)])
+    ref, _, frame = plot_label_distributions(Fixed(), "label", plot_type="bar", legend=True, verbose_labels=False,
+                                             title="t")
+    fig = partition_figure(counts, "t")
+    ax = fig.axes[0]
+    heights = np.array([p.get_height() for p in ax.patches]).reshape(4, 23).T  # class by class
+    assert np.array_equal(heights, counts) and np.array_equal(frame.to_numpy(), counts)
+    assert _patches(ax) == _patches(ref.axes[0])
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["3", "2", "1", "0"] == [
+        t.get_text() for t in ref.legends[0].get_texts()]
+    assert [(t.get_text(), t.get_visible()) for t in ax.get_xticklabels()] == [
+        (t.get_text(), t.get_visible()) for t in ref.axes[0].get_xticklabels()]
+    assert ax.get_xlim() == ref.axes[0].get_xlim() and ax.get_title() == "t"
+
+
+def test_partition_names_are_the_partitioners():
+    from fedapp.data import PARTITION_NAMES, PARTITIONERS
+
+    assert PARTITION_NAMES == tuple(PARTITIONERS)
+
+
+def test_cached_partitions_equal_the_computed_ones(tmp_path, monkeypatch):
+    """The index arrays read from the cache are the partitioners' own, for a list (partitions) and
+    a tuple of lists (pfedhn); other inputs make another file."""
+    from fedapp import experiment
+    from fedapp.data.partitioners import partition_indices, pfedhn_partitions
+
+    monkeypatch.setenv("FEDAPP_CACHE", str(tmp_path))
+    labels = np.random.default_rng(0).integers(0, 10, 500)
+    calls = []
+
+    def build(seed):
+        calls.append(seed)
+        return partition_indices("dirichlet", labels, 7, seed, alpha=0.3)
+
+    for seed in (1, 1, 2, 2):
+        got = experiment.cached_indices("partitions", ("dirichlet", 7, seed, labels), lambda: build(seed))
+        want = partition_indices("dirichlet", labels, 7, seed, alpha=0.3)
+        assert type(got) is list and len(got) == 7
+        assert all(g.dtype == w.dtype and np.array_equal(g, w) for g, w in zip(got, want))
+    assert calls == [1, 2] and len(list(tmp_path.glob("partitions-*.npz"))) == 2
+    want = pfedhn_partitions(labels, labels[:100], 5, 2, 0)
+    for _ in range(2):
+        got = experiment.cached_indices("pfedhn-partitions", (labels, 5), lambda: pfedhn_partitions(labels, labels[:100], 5, 2, 0))
+        assert type(got) is tuple and [len(g) for g in got] == [len(w) for w in want]
+        assert all(np.array_equal(g, w) for gs, ws in zip(got, want) for g, w in zip(gs, ws))
+
+
+def test_a_client_process_leaves_the_partitioners_and_their_packages_out(small_config, tmp_path):
+    """Once the run's partitions are cached (the launcher's check computes them), a client process
+    serves its messages without Hugging Face datasets, flwr-datasets, pandas or matplotlib (1.4 CPU s
+    of imports) and gets the same client data."""
+    code = ("import json, sys\nimport numpy as np\nimport fedapp.client_app as ca\n"
+            "from fedapp.config import parse_run_config\n"
+            "cfg = parse_run_config(json.loads(sys.argv[1]))\n"
+            "data = [ca.cached_client_data(cfg, pid, None) for pid in range(cfg.num_clients)]\n"
+            "print(json.dumps([[int(x) for x in d.train_y] for d in data]))\n"
+            "print(sorted(m for m in ('datasets', 'flwr_datasets', 'pandas', 'matplotlib', 'fedapp.data.partitioners')"
+            " if m in sys.modules))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "FEDAPP_CACHE": str(tmp_path / "cache")}
+    cfg = json.dumps({**small_config, "partition": "dirichlet", "partition-alpha": 0.5})
+    first = subprocess.run([sys.executable, "-c", code, cfg], env=env, capture_output=True, text=True, check=True)
+    again = subprocess.run([sys.executable, "-c", code, cfg], env=env, capture_output=True, text=True, check=True)
+    assert first.stdout.split("\n")[-2] == "['datasets', 'fedapp.data.partitioners', 'flwr_datasets', 'matplotlib', 'pandas']"
+    assert again.stdout.split("\n")[-2] == "[]"
+    assert again.stdout.split("\n")[-3] == first.stdout.split("\n")[-3]
+
+
+def test_partition_indices_read_as_arrow_equal_the_row_by_row_reading(monkeypatch):
+    """Every partitioner's index arrays, read from its partitions as one Arrow column, are the
+    ones numpy gets by iterating the partitions' rows."""
+    import datasets
+
+    from fedapp.data.partitioners import PARTITIONERS, partition_indices
+
+    labels = np.random.default_rng(0).integers(0, 10, 400)
+    natural = np.arange(400) % 8
+    for name in PARTITIONERS:
+        kw = {"natural_ids": natural} if name == "natural" else {}
+        fast = partition_indices(name, labels, 8, 1, num_shards=16, **kw)
+        with monkeypatch.context() as m:  # the reading before: np.asarray over the column, row by row
+            m.setattr(datasets.Dataset, "with_format", lambda self, kind: _RowByRow(self))
+            slow = partition_indices(name, labels, 8, 1, num_shards=16, **kw)
+        assert len(fast) == len(slow) == 8, name
+        assert all(f.dtype == np.int64 and np.array_equal(f, s) for f, s in zip(fast, slow)), name
+
+
+class _RowByRow:
+    def __init__(self, ds):
+        self.ds = ds
+
+    def __getitem__(self, key):
+        return SimpleNamespace(to_numpy=lambda: np.asarray(self.ds[key], dtype=np.int64))

@@ -18,13 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlparse
 
-import datasets
 import numpy as np
 import torch
 from flwr.common.logger import log
 from PIL import Image
 
-from .partitioners import local_test_split
+from .indices import local_test_split
 
 SPLITS = ("train", "test")
 _GREY_MODES = {"1", "L", "LA", "I", "I;16", "F"}
@@ -359,6 +358,8 @@ def _hub_reachable() -> bool:
 
 def _read_hub(name: str, src: Source, dirs: list[Path]) -> dict:
     """Download through ``datasets`` and convert to the same tensors as a local tree."""
+    import datasets
+
     try:
         if not _hub_reachable():  # offline, the hub client retries for tens of seconds
             raise ConnectionError("the hub cannot be reached")
@@ -394,6 +395,8 @@ def _read_hub(name: str, src: Source, dirs: list[Path]) -> dict:
 
 
 def _hub_arrays(split: datasets.Dataset, label_key: str, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    import datasets
+
     image_key = next(k for k, f in split.features.items() if isinstance(f, datasets.Image))
     images = [_pil_array(img) for batch in split.iter(batch_size=1024) for img in batch[image_key]]
     return _stack(images, f"hub dataset {name}"), torch.tensor(split[label_key], dtype=torch.int64)

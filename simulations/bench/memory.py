@@ -42,6 +42,8 @@ def main() -> None:
     p.add_argument("--local-steps", type=int, default=1)
     p.add_argument("--fraction", type=float, help="fraction-train instead of the setting's")
     p.add_argument("--state-memory-mb", type=float, help="instead of the default (2048)")
+    p.add_argument("--reply-memory-mb", type=float,
+                   help="instead of the default (2048); a huge value holds every reply of a round in memory")
     p.add_argument("--out")
     a = p.parse_args()
     with open(a.setting, "rb") as f:
@@ -56,6 +58,8 @@ def main() -> None:
             cfg["fraction-train"] = a.fraction
         if a.state_memory_mb is not None:
             cfg["state-memory-mb"] = a.state_memory_mb
+        if a.reply_memory_mb is not None:
+            cfg["reply-memory-mb"] = a.reply_memory_mb
         mon = Monitor(tmp, Path(tmp) / "results/memory/rounds.json")
         per_round: list[dict] = []
 
@@ -85,6 +89,7 @@ def main() -> None:
         files = list(spill.glob("*.pt"))
         record(a.out, bench="memory", setting=a.setting, strategy=cfg["strategy"], model=cfg["model"],
                clients=cfg["num-clients"], fraction=cfg["fraction-train"], rounds=a.rounds, local_steps=a.local_steps,
+               reply_memory_mb=cfg.get("reply-memory-mb", 2048.0),
                peak_tree_rss_mib=mon.peak_rss / 2**20, child_vmhwm_mib=hwm, per_round=per_round,
                clients_with_state_on_disk=len(files), state_on_disk_mib=sum(f.stat().st_size for f in files) / 2**20,
                train_seconds=[r.get("train-seconds") for r in rows if r["round"] > 0], wall_s=wall)
