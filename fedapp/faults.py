@@ -18,7 +18,7 @@ replies of an attacker, which the server's robust aggregation has to contain.
 
 Discovery (query) messages are answered normally: a faulty client is connected and known,
 only its work is bad, so a run with faults is comparable to one where those nodes are offline.
-In process (``fedapp.local.InProcessGrid``) a stall does not sleep: the grid treats it as a
+In process (``fedapp.inprocess.InProcessGrid``) a stall does not sleep: the grid treats it as a
 reply that never arrives within the timeout.
 """
 

@@ -22,7 +22,7 @@ FINAL_METRICS = ("central-accuracy", "fed-accuracy", "fed-seen-accuracy", "fed-u
 def simulated(grid: Grid) -> bool:
     """Whether the clients run on this machine on partitions of this run config's dataset (a
     simulation), rather than on sites with their own data and devices."""
-    contexts = getattr(grid, "contexts", None)  # fedapp.local's InProcessGrid (which imports this module)
+    contexts = getattr(grid, "contexts", None)  # fedapp.inprocess's InProcessGrid (which imports this module)
     if contexts is not None:
         return all("num-partitions" in c.node_config for c in contexts.values())
     return isinstance(grid, InMemoryGrid)

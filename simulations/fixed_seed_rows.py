@@ -45,7 +45,7 @@ def main(out: str) -> None:
     os.environ["FEDAPP_CACHE"] = str(tmp / "cache")
     tree = image_tree(tmp / "tree")
 
-    from fedapp.local import run_local
+    from fedapp.inprocess import run_local
     from fedapp.registry import algorithms
 
     rows: dict[str, list | str] = {}

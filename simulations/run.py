@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"run {name}: {err}") from None
     import torch
 
-    from fedapp.local import run_local
+    from fedapp.inprocess import run_local
 
     torch.set_num_threads(1)
     logging.getLogger("flwr").setLevel(logging.WARNING)

@@ -107,7 +107,7 @@ def send_and_receive(grid: Grid, msgs: list[Message], timeout: float | None,
     exchange up to a multiple of that. The wait doubles from 10 ms to ``PULL_WAIT`` (20 ms in a
     simulation, where PeFLL's three exchanges a step would each wait up to 0.1 s more; 0.1 s
     over HTTP), so a reply is seen at most that late. Each reply goes through ``arrived`` as it
-    arrives (fedapp.local's grid calls it as it computes the reply)."""
+    arrives (fedapp.inprocess's grid calls it as it computes the reply)."""
     arrived = arrived or (lambda msg: msg)
     http, memory = flower_grids()
     if not isinstance(grid, (http, memory)):  # InProcessGrid answers without sleeping

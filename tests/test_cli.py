@@ -10,7 +10,7 @@ import pytest
 from fedapp.__main__ import compare, list_algorithms
 from fedapp.config import COMMON_KEYS, parse_run_config
 from fedapp.experiment import dataset, partitions
-from fedapp.local import run_local
+from fedapp.inprocess import run_local
 from fedapp.registry import algorithms
 
 

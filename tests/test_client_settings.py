@@ -9,7 +9,7 @@ from fedapp import registry
 from fedapp.client_app import app
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.experiment import client_data, model_for
-from fedapp.local import InProcessGrid, run_local
+from fedapp.inprocess import InProcessGrid, run_local
 from strategies.base import CLIENT_SETTINGS
 from strategies.fedprox import FedProx
 from tests.test_pefll import image_config  # noqa: F401  (fixture)

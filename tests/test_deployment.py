@@ -23,7 +23,7 @@ import torch
 from fedapp.client_app import app, load_state
 from fedapp.config import parse_run_config
 from fedapp.launch import process_tree
-from fedapp.local import InProcessGrid, run_local
+from fedapp.inprocess import InProcessGrid, run_local
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

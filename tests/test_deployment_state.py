@@ -13,7 +13,7 @@ from PIL import Image
 from clients.scaffold import ScaffoldClient
 from fedapp.client_app import app, commit_state, load_state, state_path
 from fedapp.config import parse_run_config
-from fedapp.local import InProcessGrid, run_local
+from fedapp.inprocess import InProcessGrid, run_local
 
 
 def site_configs(n, state_dir=None):

@@ -11,7 +11,7 @@ from torch.overrides import TorchFunctionMode
 from fedapp.client_app import app
 from fedapp.config import parse_run_config
 from fedapp.experiment import device_of
-from fedapp.local import InProcessGrid, run_local
+from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.training import evaluate
 
 #: tensor methods that copy device memory to the host (and wait for the device). ``.to(device)``

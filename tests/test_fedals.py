@@ -14,7 +14,7 @@ from clients.fedavg import FedAvgClient
 from fedapp.client_app import app
 from fedapp.config import parse_run_config
 from fedapp.experiment import model_for
-from fedapp.local import InProcessGrid, run_local
+from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.models import build_model
 from fedapp.records import make_content, payload_of
 from strategies.base import weighted_mean

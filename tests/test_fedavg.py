@@ -7,7 +7,7 @@ import torch
 from clients.fedavg import FedAvgClient
 from fedapp.config import parse_run_config
 from fedapp.experiment import client_data, model_for
-from fedapp.local import run_local
+from fedapp.inprocess import run_local
 from fedapp.records import content_bytes, make_content
 from strategies.base import weighted_mean
 from strategies.fedavg import FedAvg
@@ -97,7 +97,7 @@ def test_federation_size_must_match_num_clients(small_config):
 
     from fedapp.client_app import app
     from fedapp.config import ConfigError
-    from fedapp.local import InProcessGrid
+    from fedapp.inprocess import InProcessGrid
 
     grid = InProcessGrid(app, 3, small_config, [{"partition-id": i, "num-partitions": 3} for i in range(3)])
     with pytest.raises(ConfigError, match="3 simulated SuperNodes but run config 'num-clients' = 4"):

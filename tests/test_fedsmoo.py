@@ -13,7 +13,7 @@ from fedapp.client_app import app
 from fedapp.config import parse_run_config
 from fedapp.experiment import model_for
 from fedapp import registry
-from fedapp.local import InProcessGrid, run_local
+from fedapp.inprocess import InProcessGrid, run_local
 from strategies.base import ClientInfo, Reply
 from strategies.fedavg import FedAvg
 from strategies.fedcm import FedCM

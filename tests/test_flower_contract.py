@@ -11,7 +11,7 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, 
 
 from fedapp.client_app import app
 from fedapp.config import parse_run_config
-from fedapp.local import InProcessGrid
+from fedapp.inprocess import InProcessGrid
 from fedapp.records import from_record, to_record
 from fedapp.server_app import build_strategy
 from strategies.base import FedStrategy

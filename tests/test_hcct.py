@@ -9,7 +9,7 @@ import torch
 
 import clients.base
 from fedapp.config import ConfigError, parse_run_config
-from fedapp.local import InProcessGrid, run_local
+from fedapp.inprocess import InProcessGrid, run_local
 from strategies.base import weighted_mean
 from strategies.hcct import group_utility, hierarchical_partition, merge_benefit
 

@@ -12,7 +12,7 @@ from clients.maxfl import MaxFLClient
 from fedapp.client_app import app
 from fedapp.config import parse_run_config
 from fedapp.experiment import client_data, dataset, model_for
-from fedapp.local import InProcessGrid, run_local
+from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.records import content_bytes, make_content
 from fedapp.training import evaluate
 from strategies.base import Reply

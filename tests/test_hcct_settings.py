@@ -11,7 +11,7 @@ from fedapp.data.partitioners import half_classes_test_split, hcct_shard_counts,
 from fedapp.experiment import dataset, model_for
 from fedapp.models import build_model
 from strategies.ifca import IFCA
-from fedapp.local import run_local
+from fedapp.inprocess import run_local
 from simulations.hcct.report import errors
 
 

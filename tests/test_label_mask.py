@@ -9,7 +9,7 @@ import torch
 from clients.fedavg import FedAvgClient
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.experiment import ClientData, client_data
-from fedapp.local import run_local
+from fedapp.inprocess import run_local
 from fedapp.training import evaluate
 from tests.test_pefll import image_config  # noqa: F401  (fixture)
 

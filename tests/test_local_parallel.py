@@ -4,7 +4,7 @@ each exchange spread over two forked workers is bit-identical to the serial run.
 import torch
 
 from fedapp.client_app import app
-from fedapp.local import InProcessGrid, run_local
+from fedapp.inprocess import InProcessGrid, run_local
 
 
 def test_two_workers_give_the_serial_run_bit_for_bit(small_config):

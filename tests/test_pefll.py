@@ -9,7 +9,7 @@ from clients.pefll import PeFLLClient, descriptor
 from fedapp.client_app import app as client_app
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.experiment import client_data, dataset, model_for
-from fedapp.local import InProcessGrid, run_local
+from fedapp.inprocess import InProcessGrid, run_local
 from strategies.pefll import PeFLL, embed_dim
 
 

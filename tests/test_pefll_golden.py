@@ -19,7 +19,7 @@ from PIL import Image
 import fedapp.client_app
 from clients.pefll import PeFLLClient
 from fedapp.experiment import ClientData
-from fedapp.local import run_local
+from fedapp.inprocess import run_local
 from simulations.pefll.authors_golden import CLASSES, client_tensors, init_value
 from strategies.pefll import PeFLL
 

@@ -18,7 +18,7 @@ from flwr.app import Array, ArrayRecord
 import fedapp.client_app
 from fedapp.client_app import app
 from fedapp.data.loader import PAD, crop_flip
-from fedapp.local import InProcessGrid, run_local
+from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.records import array_numpy
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from PIL import Image
 
 from fedapp.config import ConfigError
 from fedapp.experiment import dataset
-from fedapp.local import run_local
+from fedapp.inprocess import run_local
 from fedapp.preflight import check
 
 ROOT = Path(__file__).resolve().parents[1]

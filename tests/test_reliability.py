@@ -15,7 +15,7 @@ from fedapp import checkpoint, registry
 from fedapp.client_app import app
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.faults import KINDS, faulty_partitions
-from fedapp.local import InProcessGrid, run_local
+from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.server_app import build_strategy
 from strategies.base import ClientInfo
 

@@ -11,7 +11,7 @@ from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 import fedapp.spill
 from fedapp.client_app import app
-from fedapp.local import InProcessGrid, run_local
+from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.records import payload_of
 from fedapp.spill import spill
 from test_pefll import image_config  # noqa: F401  (a fixture)

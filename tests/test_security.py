@@ -14,7 +14,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, Met
 from fedapp.client_app import app
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.faults import INFLATED, faulty_partitions
-from fedapp.local import InProcessGrid, run_local
+from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.server_app import build_strategy
 from strategies.base import ClientInfo, Reply
 from test_reliability import _reference, config, image_tree, run, same_rows, strategies, tensors  # noqa: F401

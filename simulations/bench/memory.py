@@ -1,4 +1,4 @@
-"""Peak memory of an in-process run (``fedapp.local``) of a paper setting, and where the clients'
+"""Peak memory of an in-process run (``fedapp.inprocess``) of a paper setting, and where the clients'
 state is: FedSMOO at 100 ResNet-18-GN clients keeps two model-sized duals per client (90 MB),
 9 GB for all of them, which ``state-memory-mb`` spills to disk.
 
@@ -28,7 +28,7 @@ from common import ROOT, Monitor, record, tree
 CHILD = """
 import json, sys
 sys.path.insert(0, {root!r})
-from fedapp.local import run_local
+from fedapp.inprocess import run_local
 run_local(json.loads(sys.argv[1]))
 hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
 print("VMHWM_KIB", hwm, flush=True)

@@ -12,7 +12,7 @@ not in it (they are the algorithm's, counted against the app). For FedSMOO a flo
 step (the gradient, the perturbation rho g/||g||, the gradient there); its dual variables and
 their correction terms are the algorithm's.
 
-In process is ``fedapp.local`` (no Ray, no SuperLink), both ways: the clients one after the other
+In process is ``fedapp.inprocess`` (no Ray, no SuperLink), both ways: the clients one after the other
 in this process with one torch thread, and two worker processes x 1 thread (``local-workers=2``),
 the faster counting; ``flwr run`` goes through ``fedapp.launch`` (local SuperLink, Ray, 2 workers
 x 1 thread). Per-round figures are medians of the training time of rounds 2.. (round 1 carries
@@ -136,8 +136,8 @@ def floor_rounds(cfg: dict, plan: list[list[int]], layout: str) -> list[float]:
 
 # ---- the app ---------------------------------------------------------------------------------------
 def inprocess_rounds(cfg: dict, rounds: int, workers: int, threads: int) -> list[float]:
-    """Training seconds of rounds 2.. through fedapp.local, ``workers`` processes x ``threads`` torch threads."""
-    from fedapp.local import run_local
+    """Training seconds of rounds 2.. through fedapp.inprocess, ``workers`` processes x ``threads`` torch threads."""
+    from fedapp.inprocess import run_local
 
     with tempfile.TemporaryDirectory(prefix="fedapp-overhead-") as tmp:
         strategy = run_local({**cfg, "num-server-rounds": rounds, "eval-every": rounds, "num-threads": threads,

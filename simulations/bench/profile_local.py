@@ -18,7 +18,7 @@ from common import BASE, load
 import torch
 from flwr.common.config import parse_config_args
 
-from fedapp.local import run_local
+from fedapp.inprocess import run_local
 
 
 def main() -> None:

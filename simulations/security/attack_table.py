@@ -4,7 +4,7 @@ by 1e30 (fault-kind scale), for each robust-aggregation option (docs/reliability
     OMP_NUM_THREADS=1 PYTHONPATH=. python simulations/security/attack_table.py \\
         --out docs/results/robustness.json --results-dir /work/runs/security
 
-Every run is in process (fedapp.local), one after the other, single-threaded; the summary is
+Every run is in process (fedapp.inprocess), one after the other, single-threaded; the summary is
 rewritten after each run, so a stopped sweep keeps what it measured.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from fedapp.local import run_local
+from fedapp.inprocess import run_local
 
 #: the setting: MNIST, 10 IID clients, MLP, 10 rounds of 20 local steps, every client every round
 SETTING = {"strategy": "fedavg", "dataset": "mnist", "partition": "iid", "model": "mlp", "num-clients": 10,
