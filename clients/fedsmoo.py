@@ -5,20 +5,13 @@ from __future__ import annotations
 import torch
 
 from clients.feddyn import FedDynClient
-from clients.sam import SAM
+from clients.sam import SAM, SAMSteps
 from fedapp.records import Payload, Tensors
 
 
-class FedSpeedClient(FedDynClient):
+class FedSpeedClient(SAMSteps, FedDynClient):
     """The FedSMOO ablation "dynamic regulariser + SAM, no correction" (mu_i = s = 0):
     w_i <- w_i - eta (g(w_i + s_hat) - lambda_i + (w_i - w)/beta), s_hat = rho g/||g||."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.sam = SAM()
-
-    def compute_gradient(self, x, y):
-        return self.sam.gradient(self.model, lambda: self.loss(x, y), self.setting("rho"))
 
 
 class FedSMOOClient(FedSpeedClient):

@@ -43,3 +43,16 @@ class SAM:
             for k, p in params.items():
                 p.copy_(saved[k])
         return at_w
+
+
+class SAMSteps:
+    """Client mixin, listed before the client base: each minibatch's gradient is the one SAM takes
+    at radius ``rho`` (from the message). The component is ``self.sam``; a client may replace it with
+    one of its own direction (FedSMOO's corrected S)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sam = SAM()
+
+    def compute_gradient(self, x, y):
+        return self.sam.gradient(self.model, lambda: self.loss(x, y), self.setting("rho"))
