@@ -40,10 +40,15 @@ def test_flwr_run_simulation_completes_and_writes_results(tmp_path, monkeypatch)
     assert str(tmp_path / "flwr-home") not in ps
 
 
-def test_flwr_run_bad_config_fails_before_training(tmp_path):
+def test_flwr_run_bad_config_fails_before_training(tmp_path, monkeypatch):
+    calls = []  # every `flwr` command the launcher runs
+    monkeypatch.setattr(launcher, "_flwr", lambda args, *a, **kw: calls.append(args))
+    monkeypatch.setenv(LAUNCH_ID, token := uuid.uuid4().hex)
     with pytest.raises(ConfigError, match="'model' = 'vgg'"):  # the launcher submits nothing
         launch("model='vgg'", home=tmp_path / "flwr-home", port_base=39390, stream=False, timeout=120)
-    assert not (tmp_path / "flwr-home").exists()
+    # no `flwr run`, and the SuperLink started beside the check is stopped
+    assert calls == [] and launched_processes(tmp_path / "flwr-home", token) == []
+    monkeypatch.undo()
     # the ServerApp checks too: unchecked, the run is submitted and fails there
     status = launch("model='vgg'", home=tmp_path / "flwr-home", port_base=39390, stream=False, timeout=120,
                     check=False)
@@ -107,3 +112,46 @@ def test_timeout_stops_the_run_and_its_processes(tmp_path):
         del os.environ[LAUNCH_ID]
     assert stop.value.exit_code == 124
     assert launched_processes(home, token) == []
+
+
+def test_the_superlink_starts_beside_the_check_and_stops_with_a_bad_config(tmp_path, monkeypatch):
+    """The launcher starts the local SuperLink before it checks the run config, so the two run on
+    two cores; when the check fails, the SuperLink is stopped and nothing was submitted."""
+    import fedapp.preflight
+
+    home, token = tmp_path / "flwr-home", uuid.uuid4().hex
+    monkeypatch.setenv(LAUNCH_ID, token)
+    seen = []
+
+    def check(overrides):
+        seen.append([Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:3]
+                     for pid in launched_processes(home, token)])
+        raise ConfigError("run config 'model' = 'x': checked")
+
+    monkeypatch.setattr(fedapp.preflight, "check", check)
+    with pytest.raises(ConfigError, match="checked"):
+        launch("model='x'", home=home, port_base=39490, stream=False, timeout=60)
+    assert seen == [[[str(BIN / "flower-superlink").encode(), b"--insecure"]]]  # the script, under its python
+    assert launched_processes(home, token) == []
+
+
+def test_superlink_command_is_flowers(tmp_path, monkeypatch):
+    """The launcher's SuperLink is the one `flwr` would start for the same Flower home and ports, so
+    `flwr run`, `flwr log` and the cleanup treat it as theirs."""
+    import flwr.cli.constant as constant
+    import flwr.cli.local_superlink as local_superlink
+
+    started = []
+
+    def popen(command, **kw):
+        started.append(command)
+        raise OSError("not started")
+
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path))
+    monkeypatch.setattr(local_superlink.subprocess, "Popen", popen)
+    with pytest.raises(Exception, match="not started"):
+        local_superlink._start_local_superlink()
+    env = {"FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": constant.LOCAL_SUPERLINK_HTTP_API_PORT,
+           "FLWR_LOCAL_CONTROL_API_PORT": constant.LOCAL_CONTROL_API_PORT}
+    ours = launcher.superlink_command(tmp_path, env)
+    assert [Path(ours[0]).name, *ours[1:]] == started[0]
