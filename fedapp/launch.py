@@ -279,19 +279,19 @@ def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, 
     written so far stay.
     """
     home = Path(home or ROOT / ".flwr-home").resolve()
-    overrides = run_config_overrides(run_config)
-    folder = None
-    if num_supernodes is None:
-        num_supernodes = int(overrides.get("num-clients", COMMON_DEFAULTS["num-clients"]))
     env = flwr_env(home, port_base)
     # a caller may set the id to find the processes itself (the tests do)
     token = env[LAUNCH_ID] = os.environ.get(LAUNCH_ID) or uuid.uuid4().hex
+    folder = None
     log = None
     run_id = None
     try:
-        # the SuperLink starts on the other core while this process checks the run config; a bad
-        # config stops it (below) before anything is submitted
+        # first: the SuperLink starts on the other core while this process reads and checks the run
+        # config; a bad config stops it (below) before anything is submitted
         superlink = start_local_superlink(home, env)
+        overrides = run_config_overrides(run_config)
+        if num_supernodes is None:
+            num_supernodes = int(overrides.get("num-clients", COMMON_DEFAULTS["num-clients"]))
         if check:
             from fedapp.preflight import check as preflight
             from fedapp.results import run_dir

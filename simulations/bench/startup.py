@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import run_config_str  # noqa: E402
+from common import emit, run_config_str  # noqa: E402
 from overhead import SETTINGS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,17 +59,22 @@ def sample(token: bytes, ours: dict[int, bool], seen: dict[int, dict], t0: float
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
-        row = seen.setdefault(pid, {"first": now})
-        row.update(cpu=(int(fields[11]) + int(fields[12])) / TICK, role=role(cmd), last=now)
+        row = seen.setdefault(pid, {"first": now, "role": "", "ppid": int(fields[1])})
+        row.update(cpu=(int(fields[11]) + int(fields[12])) / TICK, last=now)
+        if cmd:  # an exiting process's command line reads empty
+            row["role"] = role(cmd)
 
 
-def timeline(cfg: dict, rounds: int = 1) -> dict:
+def timeline(cfg: dict, rounds: int = 1, limit: float | None = None, tree: Path = ROOT) -> dict:
+    """The launch's processes; ``limit``: stop the launch (as Ctrl-C does) after that many seconds
+    and return what was seen so far (on a busy machine a launch may take many minutes). ``tree``: the
+    checkout whose launcher and app run (another commit's, to compare)."""
     token = uuid.uuid4().hex
     with tempfile.TemporaryDirectory(prefix="fedapp-startup-") as tmp:
         cfg = {**cfg, "num-server-rounds": rounds, "eval-every": rounds, "results-dir": f"{tmp}/results",
                "run-name": "startup"}
         rows = Path(tmp) / "results/startup/rounds.json"
-        env = {**os.environ, "FEDAPP_LAUNCH_ID": token}
+        env = {**os.environ, "FEDAPP_LAUNCH_ID": token, "PYTHONPATH": str(tree)}
         cmd = [sys.executable, "-m", "fedapp.launch", "--run-config", run_config_str(cfg),
                "--flwr-home", f"{tmp}/flwr-home", "--port-base", "39790"]
         ours: dict[int, bool] = {}
@@ -76,9 +82,14 @@ def timeline(cfg: dict, rounds: int = 1) -> dict:
         at_first: dict[int, float] | None = None
         first_round = None
         t0 = time.time()
-        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        err = open(Path(tmp) / "stderr", "w+")
+        proc = subprocess.Popen(cmd, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=err)
         ours[proc.pid] = True
+        stopped = False
         while proc.poll() is None:
+            if limit is not None and not stopped and time.time() - t0 > limit:
+                proc.send_signal(signal.SIGINT)
+                stopped = True
             sample(f"FEDAPP_LAUNCH_ID={token}".encode(), ours, seen, t0)
             if first_round is None:
                 try:
@@ -89,13 +100,15 @@ def timeline(cfg: dict, rounds: int = 1) -> dict:
                     pass
             time.sleep(0.1)
         wall = time.time() - t0
-        if proc.returncode:
-            raise RuntimeError(f"launch failed ({proc.returncode}): {proc.stderr.read()[-2000:]}")
-    procs = sorted(({"role": r["role"], "pid": pid, "first_seen_s": round(r["first"], 2),
+        err.seek(0)
+        failed = err.read()[-1000:] if proc.returncode and not stopped else None
+        err.close()
+    procs = sorted(({"role": r["role"], "pid": pid, "ppid": r["ppid"], "first_seen_s": round(r["first"], 2),
                      "cpu_to_first_round_s": None if at_first is None else at_first.get(pid),
                      "cpu_total_s": r["cpu"]} for pid, r in seen.items()), key=lambda r: r["first_seen_s"])
     return {"strategy": cfg["strategy"], "clients": cfg["num-clients"], "to_first_round_s": first_round,
-            "wall_s": wall, "cpu_to_first_round_s": None if at_first is None else sum(at_first.values()),
+            "wall_s": wall, "stopped_at_s": limit if stopped else None, "failed": failed,
+            "cpu_to_first_round_s": None if at_first is None else sum(at_first.values()),
             "processes": procs, "load": os.getloadavg(), "time": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
 
 
@@ -103,16 +116,14 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--strategy", default="fedavg", choices=sorted(SETTINGS))
     p.add_argument("--local-steps", type=int, default=5, help="local steps of the one round (start-up is before it)")
+    p.add_argument("--limit", type=float, help="stop the launch after this many seconds (Ctrl-C) and report so far")
+    p.add_argument("--tree", type=Path, default=ROOT, help="launch the app of this checkout (default: this one)")
     p.add_argument("--out", help="also append the JSON line to this file")
     a = p.parse_args(argv)
     cfg = {**SETTINGS[a.strategy], "local-steps": a.local_steps}
     if a.strategy == "pefll":
         cfg["pefll.k"] = a.local_steps
-    line = json.dumps(timeline(cfg))
-    print(line, flush=True)
-    if a.out:
-        with open(a.out, "a") as f:
-            f.write(line + "\n")
+    emit({**timeline(cfg, limit=a.limit, tree=a.tree.resolve()), "tree": str(a.tree)}, a.out)
 
 
 if __name__ == "__main__":
