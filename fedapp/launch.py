@@ -38,9 +38,15 @@ BIN = Path(sys.executable).parent
 LAUNCH_ID = "FEDAPP_LAUNCH_ID"
 
 
+#: seconds between the SuperExec's requests for a new run (Flower's default 1.0): a submitted run's
+#: simulation process started on average half of it after the submission
+SUPEREXEC_POLL = "0.25"
+
+
 def flwr_env(home: Path, port_base: int) -> dict[str, str]:
     """Environment for a private, offline Flower: own FLWR_HOME and local SuperLink ports."""
     env = dict(os.environ)
+    env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", SUPEREXEC_POLL)
     env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", "")])
     env.update(FLWR_HOME=str(home), FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1",
                FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",

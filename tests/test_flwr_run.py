@@ -19,10 +19,22 @@ from fedapp.launch import (BIN, LAUNCH_ID, RunStopped, flwr_env, launch, launche
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def superexec_environ(home: Path, token: str) -> list[bytes]:
+    """The environment of the launch's SuperExec, as its process holds it."""
+    for pid in launched_processes(home, token):
+        args = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if b"flower-superexec" in args:
+            return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return []
+
+
 def test_flwr_run_simulation_completes_and_writes_results(tmp_path, monkeypatch):
     results = tmp_path / "results"
     queries = []  # each status query is a `flwr ls` process (seconds of CPU beside the run)
-    monkeypatch.setattr(launcher, "run_status", lambda *a: queries.append(time.time()) or run_status(*a))
+    monkeypatch.setenv(LAUNCH_ID, token := uuid.uuid4().hex)
+    environs = []  # the SuperExec's, at each status query (it runs until the launcher stops the SuperLink)
+    monkeypatch.setattr(launcher, "run_status", lambda *a: queries.append(time.time()) or environs.append(
+        superexec_environ(tmp_path / "flwr-home", token)) or run_status(*a))
     t0 = time.time()
     status = launch(f"num-server-rounds=2 num-clients=4 local-steps=5 results-dir='{results}' run-name='r'",
                     home=tmp_path / "flwr-home", port_base=39390, stream=False, timeout=300)
@@ -30,6 +42,8 @@ def test_flwr_run_simulation_completes_and_writes_results(tmp_path, monkeypatch)
     # the launcher waits on the run's log stream, which ends with the run: one query at the end, and
     # one every STATUS_EVERY s before it, not one a second
     assert 1 <= len(queries) <= 1 + (queries[-1] - t0) / launcher.STATUS_EVERY
+    # the SuperExec asks for new runs every 0.25 s, not Flower's 1 s
+    assert b"FLWR_SUPEREXEC_TASK_POLL_INTERVAL=0.25" in environs[-1]
     doc = json.loads((results / "r" / "rounds.json").read_text())
     assert [r["round"] for r in doc["rounds"]] == [0, 1, 2]
     assert doc["rounds"][-1]["replies"] == 4
