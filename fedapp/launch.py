@@ -118,6 +118,29 @@ def wait_for_superlink(proc: subprocess.Popen | None, home: Path, env: dict,
         time.sleep(0.2)
 
 
+class PrewarmedFlwr:
+    """A `flwr` process started early: it imports Flower's CLI (about 1 CPU s) while the launcher
+    checks the run config and the SuperLink starts, then runs the one command it is given; closed
+    before (a bad run config), it is stopped having run none."""
+
+    CODE = ("import json, sys\nfrom flwr.cli.app import app\nline = sys.stdin.readline()\n"
+            "if line.strip():\n    sys.argv = ['flwr', *json.loads(line)]\n    sys.exit(app())\n")
+
+    def __init__(self, env: dict):
+        self.proc = subprocess.Popen([sys.executable, "-c", self.CODE], env=env, cwd=ROOT, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def run(self, args: list[str]) -> subprocess.CompletedProcess:
+        out, err = self.proc.communicate(json.dumps(args) + "\n")
+        return subprocess.CompletedProcess(["flwr", *args], self.proc.returncode, out, err)
+
+    def close(self) -> None:
+        """Stop it if it still waits for its command (it has run none)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate()
+
+
 def _flwr(args: list[str], env: dict, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / "flwr"), *args], env=env, cwd=ROOT, text=True, capture_output=True, **kw)
 
@@ -291,10 +314,12 @@ def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, 
     folder = None
     log = None
     run_id = None
+    submit = None
     try:
-        # first: the SuperLink starts on the other core while this process reads and checks the run
-        # config; a bad config stops it (below) before anything is submitted
+        # first: the SuperLink starts, and `flwr run` imports, beside this process reading and checking
+        # the run config; a bad config stops both (below) before anything is submitted
         superlink = start_local_superlink(home, env)
+        submit = PrewarmedFlwr(env)
         overrides = run_config_overrides(run_config)
         if num_supernodes is None:
             num_supernodes = int(overrides.get("num-clients", COMMON_DEFAULTS["num-clients"]))
@@ -312,7 +337,7 @@ def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, 
         args = ["run", str(app), "local", "--format", "json"]
         if overrides:
             args += ["--run-config", " ".join(f"{k}={toml_value(v)}" for k, v in overrides.items())]
-        sub = _flwr(args, env)
+        sub = submit.run(args)
         try:
             run_id = json.loads(sub.stdout)["run-id"]
         except (ValueError, KeyError):
@@ -351,6 +376,8 @@ def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, 
     finally:
         old = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
+            if submit is not None:
+                submit.close()
             # the log follower first: a `flwr log` still running would start a new local SuperLink
             if log is not None:
                 log.terminate()

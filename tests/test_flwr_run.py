@@ -57,6 +57,7 @@ def test_flwr_run_simulation_completes_and_writes_results(tmp_path, monkeypatch)
 def test_flwr_run_bad_config_fails_before_training(tmp_path, monkeypatch):
     calls = []  # every `flwr` command the launcher runs
     monkeypatch.setattr(launcher, "_flwr", lambda args, *a, **kw: calls.append(args))
+    monkeypatch.setattr(launcher.PrewarmedFlwr, "run", lambda self, args: calls.append(args))
     monkeypatch.setenv(LAUNCH_ID, token := uuid.uuid4().hex)
     with pytest.raises(ConfigError, match="'model' = 'vgg'"):  # the launcher submits nothing
         launch("model='vgg'", home=tmp_path / "flwr-home", port_base=39390, stream=False, timeout=120)
@@ -129,8 +130,8 @@ def test_timeout_stops_the_run_and_its_processes(tmp_path):
 
 
 def test_the_superlink_starts_beside_the_check_and_stops_with_a_bad_config(tmp_path, monkeypatch):
-    """The launcher starts the local SuperLink before it checks the run config, so the two run on
-    two cores; when the check fails, the SuperLink is stopped and nothing was submitted."""
+    """The launcher starts the local SuperLink and the `flwr` process that will submit before it checks
+    the run config, so they run beside the check; when it fails, both are stopped and nothing was submitted."""
     import fedapp.preflight
 
     home, token = tmp_path / "flwr-home", uuid.uuid4().hex
@@ -145,7 +146,9 @@ def test_the_superlink_starts_beside_the_check_and_stops_with_a_bad_config(tmp_p
     monkeypatch.setattr(fedapp.preflight, "check", check)
     with pytest.raises(ConfigError, match="checked"):
         launch("model='x'", home=home, port_base=39490, stream=False, timeout=60)
-    assert seen == [[[str(BIN / "flower-superlink").encode(), b"--insecure"]]]  # the script, under its python
+    # the SuperLink (the script, under its python) and the `flwr` that will submit, importing
+    assert seen == [[[str(BIN / "flower-superlink").encode(), b"--insecure"],
+                     [b"-c", launcher.PrewarmedFlwr.CODE.encode()]]]
     assert launched_processes(home, token) == []
 
 
@@ -169,3 +172,16 @@ def test_superlink_command_is_flowers(tmp_path, monkeypatch):
            "FLWR_LOCAL_CONTROL_API_PORT": constant.LOCAL_CONTROL_API_PORT}
     ours = launcher.superlink_command(tmp_path, env)
     assert [Path(ours[0]).name, *ours[1:]] == started[0]
+
+
+def test_prewarmed_flwr_runs_the_command_it_is_given_or_none(tmp_path):
+    """The `flwr` process the launcher starts beside its check runs the command it is then given, as
+    `flwr` itself does; closed first (a bad run config), it is stopped having run nothing."""
+    env = flwr_env(tmp_path / "flwr-home", 39590)
+    version = subprocess.run([str(BIN / "flwr"), "--version"], env=env, capture_output=True, text=True)
+    done = launcher.PrewarmedFlwr(env).run(["--version"])
+    assert (done.returncode, done.stdout) == (0, version.stdout) and "Flower" in done.stdout
+    unused = launcher.PrewarmedFlwr(env)
+    unused.close()
+    assert unused.proc.poll() is not None
+    assert not (tmp_path / "flwr-home").exists()  # no SuperLink, no config: it ran nothing
