@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TICK = os.sysconf("SC_CLK_TCK")
 
 #: a process's role, from its command line (first match)
-ROLES = (("fedapp.launch", "launcher"), ("flwr run", "flwr run"), ("flwr log", "flwr log"), ("flwr ls", "flwr ls"),
+ROLES = (("fedapp.launch", "launcher"), ("from flwr.cli.app import app", "flwr run (launcher's, prewarmed)"),
+         ("flwr run", "flwr run"), ("flwr log", "flwr log"), ("flwr ls", "flwr ls"),
          ("flwr stop", "flwr stop"), ("flower-superlink", "superlink"), ("flower-superexec", "superexec"),
          ("flwr-simulation", "simulation"), ("gcs_server", "ray gcs"), ("raylet", "ray raylet"),
          ("dashboard/agent.py", "ray dashboard agent"), ("runtime_env/agent", "ray runtime-env agent"),
