@@ -3,7 +3,8 @@
 ``flwr run --stream`` exits 0 even when the run failed, and the local SuperLink it
 starts keeps running; this launcher submits the run, follows its log, reads the
 final status with ``flwr ls --run-id ID --format json``, and stops the SuperLink it
-started. Before submitting, it checks the run config (``fedapp/preflight.py``); on Ctrl-C,
+started. It starts that SuperLink itself while it checks the run config (``fedapp/preflight.py``),
+and submits once the check passed; on Ctrl-C,
 SIGTERM or ``--timeout`` it stops the run and every process it started. Used by
 ``scripts/run.sh``, the tests and the benchmarks.
 
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import time
 import tomllib
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -36,9 +38,15 @@ BIN = Path(sys.executable).parent
 LAUNCH_ID = "FEDAPP_LAUNCH_ID"
 
 
+#: seconds between the SuperExec's requests for a new run (Flower's default 1.0): a submitted run's
+#: simulation process started on average half of it after the submission
+SUPEREXEC_POLL = "0.25"
+
+
 def flwr_env(home: Path, port_base: int) -> dict[str, str]:
     """Environment for a private, offline Flower: own FLWR_HOME and local SuperLink ports."""
     env = dict(os.environ)
+    env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", SUPEREXEC_POLL)
     env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", "")])
     env.update(FLWR_HOME=str(home), FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1",
                FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
@@ -57,6 +65,80 @@ def write_flower_config(home: Path, num_supernodes: int, num_cpus: int = 1, num_
         f"options.backend.client-resources.num-cpus = {num_cpus}\n"
         f"options.backend.client-resources.num-gpus = {num_gpus}\n")
     return path
+
+
+def superlink_command(home: Path, env: dict) -> list[str]:
+    """The command Flower's CLI starts the local SuperLink of FLWR_HOME ``home`` with
+    (``flwr/cli/local_superlink.py``; ``tests/test_flwr_run.py`` compares the two)."""
+    runtime = home / "local-superlink"
+    return [str(BIN / "flower-superlink"), "--insecure", "--simulation", "--isolation", "subprocess",
+            "--control-api-address", f"127.0.0.1:{env['FLWR_LOCAL_CONTROL_API_PORT']}", "--host", "127.0.0.1",
+            "--port", env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"], "--log-file", str(runtime / "superlink.log"),
+            "--log-rotation-interval-hours", "24", "--log-rotation-backup-count", "7",
+            "--database", str(runtime / "state.db")]
+
+
+def superlink_ready(env: dict) -> bool:
+    """Whether the local SuperLink answers its health check (as `flwr` asks it)."""
+    try:
+        url = f"http://127.0.0.1:{env['FLWR_LOCAL_SUPERLINK_HTTP_API_PORT']}/health"
+        with urllib.request.urlopen(url, timeout=0.4) as response:
+            return response.status == 200
+    except (OSError, ValueError):
+        return False
+
+
+def start_local_superlink(home: Path, env: dict) -> subprocess.Popen | None:
+    """Start the local SuperLink that `flwr run` would start, unless one answers already. The
+    launcher starts it beside its run-config check: `flwr run` starts it only after its own
+    imports, and waits for it before submitting, so the three were in series (about 2, 2 and
+    3.5 s of CPU)."""
+    if superlink_ready(env):
+        return None
+    (home / "local-superlink").mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(superlink_command(home, env), env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+#: seconds the launcher waits for the SuperLink it started (`flwr run` waits 15 s, which a SuperLink
+#: importing at a few per cent of a core on a busy machine does not make)
+SUPERLINK_START_LIMIT = 300.0
+
+
+def wait_for_superlink(proc: subprocess.Popen | None, home: Path, env: dict,
+                       limit: float = SUPERLINK_START_LIMIT) -> None:
+    end = time.time() + limit
+    while not superlink_ready(env):
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the local SuperLink exited with code {proc.returncode}; see "
+                               f"{home / 'local-superlink' / 'superlink.log'}")
+        if time.time() > end:
+            raise RuntimeError(f"the local SuperLink did not answer within {limit:.0f} s; see "
+                               f"{home / 'local-superlink' / 'superlink.log'}")
+        time.sleep(0.2)
+
+
+class PrewarmedFlwr:
+    """A `flwr` process started early: it imports Flower's CLI (about 1 CPU s) while the launcher
+    checks the run config and the SuperLink starts, then runs the one command it is given; closed
+    before (a bad run config), it is stopped having run none."""
+
+    CODE = ("import json, sys\nfrom flwr.cli.app import app\nline = sys.stdin.readline()\n"
+            "if line.strip():\n    sys.argv = ['flwr', *json.loads(line)]\n    sys.exit(app())\n")
+
+    def __init__(self, env: dict):
+        self.proc = subprocess.Popen([sys.executable, "-c", self.CODE], env=env, cwd=ROOT, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def run(self, args: list[str]) -> subprocess.CompletedProcess:
+        out, err = self.proc.communicate(json.dumps(args) + "\n")
+        return subprocess.CompletedProcess(["flwr", *args], self.proc.returncode, out, err)
+
+    def close(self) -> None:
+        """Stop it if it still waits for its command (it has run none)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate()
 
 
 def _flwr(args: list[str], env: dict, **kw) -> subprocess.CompletedProcess:
@@ -226,29 +308,36 @@ def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, 
     written so far stay.
     """
     home = Path(home or ROOT / ".flwr-home").resolve()
-    overrides = run_config_overrides(run_config)
-    folder = None
-    if check:
-        from fedapp.preflight import check as preflight
-        from fedapp.results import run_dir
-
-        cfg = preflight(overrides)
-        # named here, so this launcher knows the run's results folder
-        overrides.setdefault("run-name", cfg.run_name or run_dir(cfg).name)
-        folder = ROOT / run_dir(cfg.replace(run_name=overrides["run-name"]))
-    if num_supernodes is None:
-        num_supernodes = int(overrides.get("num-clients", COMMON_DEFAULTS["num-clients"]))
-    write_flower_config(home, num_supernodes, num_cpus, num_gpus)
     env = flwr_env(home, port_base)
     # a caller may set the id to find the processes itself (the tests do)
     token = env[LAUNCH_ID] = os.environ.get(LAUNCH_ID) or uuid.uuid4().hex
+    folder = None
     log = None
     run_id = None
+    submit = None
     try:
+        # first: the SuperLink starts, and `flwr run` imports, beside this process reading and checking
+        # the run config; a bad config stops both (below) before anything is submitted
+        superlink = start_local_superlink(home, env)
+        submit = PrewarmedFlwr(env)
+        overrides = run_config_overrides(run_config)
+        if num_supernodes is None:
+            num_supernodes = int(overrides.get("num-clients", COMMON_DEFAULTS["num-clients"]))
+        if check:
+            from fedapp.preflight import check as preflight
+            from fedapp.results import run_dir
+
+            cfg = preflight(overrides)
+            # named here, so this launcher knows the run's results folder
+            overrides.setdefault("run-name", cfg.run_name or run_dir(cfg).name)
+            folder = ROOT / run_dir(cfg.replace(run_name=overrides["run-name"]))
+        write_flower_config(home, num_supernodes, num_cpus, num_gpus)
+        wait_for_superlink(superlink, home, env, SUPERLINK_START_LIMIT if timeout is None
+                           else min(timeout, SUPERLINK_START_LIMIT))
         args = ["run", str(app), "local", "--format", "json"]
         if overrides:
             args += ["--run-config", " ".join(f"{k}={toml_value(v)}" for k, v in overrides.items())]
-        sub = _flwr(args, env)
+        sub = submit.run(args)
         try:
             run_id = json.loads(sub.stdout)["run-id"]
         except (ValueError, KeyError):
@@ -287,6 +376,8 @@ def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, 
     finally:
         old = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
+            if submit is not None:
+                submit.close()
             # the log follower first: a `flwr log` still running would start a new local SuperLink
             if log is not None:
                 log.terminate()

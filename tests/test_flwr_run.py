@@ -19,10 +19,22 @@ from fedapp.launch import (BIN, LAUNCH_ID, RunStopped, flwr_env, launch, launche
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def superexec_environ(home: Path, token: str) -> list[bytes]:
+    """The environment of the launch's SuperExec, as its process holds it."""
+    for pid in launched_processes(home, token):
+        args = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if b"flower-superexec" in args:
+            return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return []
+
+
 def test_flwr_run_simulation_completes_and_writes_results(tmp_path, monkeypatch):
     results = tmp_path / "results"
     queries = []  # each status query is a `flwr ls` process (seconds of CPU beside the run)
-    monkeypatch.setattr(launcher, "run_status", lambda *a: queries.append(time.time()) or run_status(*a))
+    monkeypatch.setenv(LAUNCH_ID, token := uuid.uuid4().hex)
+    environs = []  # the SuperExec's, at each status query (it runs until the launcher stops the SuperLink)
+    monkeypatch.setattr(launcher, "run_status", lambda *a: queries.append(time.time()) or environs.append(
+        superexec_environ(tmp_path / "flwr-home", token)) or run_status(*a))
     t0 = time.time()
     status = launch(f"num-server-rounds=2 num-clients=4 local-steps=5 results-dir='{results}' run-name='r'",
                     home=tmp_path / "flwr-home", port_base=39390, stream=False, timeout=300)
@@ -30,6 +42,8 @@ def test_flwr_run_simulation_completes_and_writes_results(tmp_path, monkeypatch)
     # the launcher waits on the run's log stream, which ends with the run: one query at the end, and
     # one every STATUS_EVERY s before it, not one a second
     assert 1 <= len(queries) <= 1 + (queries[-1] - t0) / launcher.STATUS_EVERY
+    # the SuperExec asks for new runs every 0.25 s, not Flower's 1 s
+    assert b"FLWR_SUPEREXEC_TASK_POLL_INTERVAL=0.25" in environs[-1]
     doc = json.loads((results / "r" / "rounds.json").read_text())
     assert [r["round"] for r in doc["rounds"]] == [0, 1, 2]
     assert doc["rounds"][-1]["replies"] == 4
@@ -40,10 +54,16 @@ def test_flwr_run_simulation_completes_and_writes_results(tmp_path, monkeypatch)
     assert str(tmp_path / "flwr-home") not in ps
 
 
-def test_flwr_run_bad_config_fails_before_training(tmp_path):
+def test_flwr_run_bad_config_fails_before_training(tmp_path, monkeypatch):
+    calls = []  # every `flwr` command the launcher runs
+    monkeypatch.setattr(launcher, "_flwr", lambda args, *a, **kw: calls.append(args))
+    monkeypatch.setattr(launcher.PrewarmedFlwr, "run", lambda self, args: calls.append(args))
+    monkeypatch.setenv(LAUNCH_ID, token := uuid.uuid4().hex)
     with pytest.raises(ConfigError, match="'model' = 'vgg'"):  # the launcher submits nothing
         launch("model='vgg'", home=tmp_path / "flwr-home", port_base=39390, stream=False, timeout=120)
-    assert not (tmp_path / "flwr-home").exists()
+    # no `flwr run`, and the SuperLink started beside the check is stopped
+    assert calls == [] and launched_processes(tmp_path / "flwr-home", token) == []
+    monkeypatch.undo()
     # the ServerApp checks too: unchecked, the run is submitted and fails there
     status = launch("model='vgg'", home=tmp_path / "flwr-home", port_base=39390, stream=False, timeout=120,
                     check=False)
@@ -107,3 +127,61 @@ def test_timeout_stops_the_run_and_its_processes(tmp_path):
         del os.environ[LAUNCH_ID]
     assert stop.value.exit_code == 124
     assert launched_processes(home, token) == []
+
+
+def test_the_superlink_starts_beside_the_check_and_stops_with_a_bad_config(tmp_path, monkeypatch):
+    """The launcher starts the local SuperLink and the `flwr` process that will submit before it checks
+    the run config, so they run beside the check; when it fails, both are stopped and nothing was submitted."""
+    import fedapp.preflight
+
+    home, token = tmp_path / "flwr-home", uuid.uuid4().hex
+    monkeypatch.setenv(LAUNCH_ID, token)
+    seen = []
+
+    def check(overrides):
+        seen.append([Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:3]
+                     for pid in launched_processes(home, token)])
+        raise ConfigError("run config 'model' = 'x': checked")
+
+    monkeypatch.setattr(fedapp.preflight, "check", check)
+    with pytest.raises(ConfigError, match="checked"):
+        launch("model='x'", home=home, port_base=39490, stream=False, timeout=60)
+    # the SuperLink (the script, under its python) and the `flwr` that will submit, importing
+    assert seen == [[[str(BIN / "flower-superlink").encode(), b"--insecure"],
+                     [b"-c", launcher.PrewarmedFlwr.CODE.encode()]]]
+    assert launched_processes(home, token) == []
+
+
+def test_superlink_command_is_flowers(tmp_path, monkeypatch):
+    """The launcher's SuperLink is the one `flwr` would start for the same Flower home and ports, so
+    `flwr run`, `flwr log` and the cleanup treat it as theirs."""
+    import flwr.cli.constant as constant
+    import flwr.cli.local_superlink as local_superlink
+
+    started = []
+
+    def popen(command, **kw):
+        started.append(command)
+        raise OSError("not started")
+
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path))
+    monkeypatch.setattr(local_superlink.subprocess, "Popen", popen)
+    with pytest.raises(Exception, match="not started"):
+        local_superlink._start_local_superlink()
+    env = {"FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": constant.LOCAL_SUPERLINK_HTTP_API_PORT,
+           "FLWR_LOCAL_CONTROL_API_PORT": constant.LOCAL_CONTROL_API_PORT}
+    ours = launcher.superlink_command(tmp_path, env)
+    assert [Path(ours[0]).name, *ours[1:]] == started[0]
+
+
+def test_prewarmed_flwr_runs_the_command_it_is_given_or_none(tmp_path):
+    """The `flwr` process the launcher starts beside its check runs the command it is then given, as
+    `flwr` itself does; closed first (a bad run config), it is stopped having run nothing."""
+    env = flwr_env(tmp_path / "flwr-home", 39590)
+    version = subprocess.run([str(BIN / "flwr"), "--version"], env=env, capture_output=True, text=True)
+    done = launcher.PrewarmedFlwr(env).run(["--version"])
+    assert (done.returncode, done.stdout) == (0, version.stdout) and "Flower" in done.stdout
+    unused = launcher.PrewarmedFlwr(env)
+    unused.close()
+    assert unused.proc.poll() is not None
+    assert not (tmp_path / "flwr-home").exists()  # no SuperLink, no config: it ran nothing

@@ -35,12 +35,18 @@ def fmt(s: dict[str, float], unit: str = "s") -> str:
     return f"median {s['median']:.4g}{unit} (min {s['min']:.4g}, max {s['max']:.4g}, n={s['n']})"
 
 
-def record(out: str | None, **row) -> None:
-    row.update(load=os.getloadavg(), time=time.strftime("%H:%M:%S"))
-    print(json.dumps(row, default=str), flush=True)
+def emit(row: dict, out: str | None) -> None:
+    """Print ``row`` as one JSON line and append it to ``out``."""
+    line = json.dumps(row, default=str)
+    print(line, flush=True)
     if out:
         with open(out, "a") as f:
-            f.write(json.dumps(row, default=str) + "\n")
+            f.write(line + "\n")
+
+
+def record(out: str | None, **row) -> None:
+    row.update(load=os.getloadavg(), time=time.strftime("%H:%M:%S"))
+    emit(row, out)
 
 
 def run_config_str(cfg: dict) -> str:

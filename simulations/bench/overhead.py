@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # floor.py and common.py, also under -m
 
-from common import BASE, flwr_run  # noqa: E402
+from common import BASE, emit, flwr_run  # noqa: E402
 
 #: the benchmark settings; ``--quick`` shortens the runs, never the work of a round
 SETTINGS = {
@@ -228,12 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     for strategy in a.strategies.split(","):
         rounds = a.rounds or (QUICK_ROUNDS if a.quick else ROUNDS)[strategy]
-        line = json.dumps(measure(strategy, rounds, a.local_steps, a.before, a.quick,
-                                  not a.no_flwr_run))
-        print(line, flush=True)
-        if a.out:
-            with open(a.out, "a") as f:
-                f.write(line + "\n")
+        emit(measure(strategy, rounds, a.local_steps, a.before, a.quick, not a.no_flwr_run), a.out)
 
 
 if __name__ == "__main__":

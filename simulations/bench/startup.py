@@ -1,0 +1,131 @@
+"""Launch to the first round, process by process: when each process of one ``python -m fedapp.launch``
+appeared and the CPU seconds it had used when round 0's row was written (the end of discovery).
+
+Every process of a launch inherits its ``FEDAPP_LAUNCH_ID``: the launcher, ``flwr run``, ``flwr log``,
+the SuperLink, the SuperExec, the simulation process, Ray's services and workers. They are sampled
+from ``/proc`` every 0.1 s; a process that exits keeps its last sample. Prints one JSON line.
+
+    python -m simulations.bench.startup                  # FedAvg's benchmark setting at 10 clients
+    python -m simulations.bench.startup --strategy pefll
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import emit, run_config_str  # noqa: E402
+from overhead import SETTINGS  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+TICK = os.sysconf("SC_CLK_TCK")
+
+#: a process's role, from its command line (first match)
+ROLES = (("fedapp.launch", "launcher"), ("from flwr.cli.app import app", "flwr run (launcher's, prewarmed)"),
+         ("flwr run", "flwr run"), ("flwr log", "flwr log"), ("flwr ls", "flwr ls"),
+         ("flwr stop", "flwr stop"), ("flower-superlink", "superlink"), ("flower-superexec", "superexec"),
+         ("flwr-simulation", "simulation"), ("gcs_server", "ray gcs"), ("raylet", "ray raylet"),
+         ("dashboard/agent.py", "ray dashboard agent"), ("runtime_env/agent", "ray runtime-env agent"),
+         ("dashboard.py", "ray dashboard"), ("log_monitor", "ray log monitor"), ("monitor.py", "ray monitor"),
+         ("ClientAppActor", "ray worker (ClientAppActor)"), ("ray::IDLE", "ray::IDLE"), ("ray::", "ray worker"))
+
+
+def role(cmdline: str) -> str:
+    return next((name for key, name in ROLES if key in cmdline), cmdline[:60])
+
+
+def sample(token: bytes, ours: dict[int, bool], seen: dict[int, dict], t0: float) -> None:
+    """Update ``seen`` (pid -> first seen, CPU, role) with the launch's processes now alive."""
+    now = time.time() - t0
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        pid = int(d.name)
+        try:
+            if pid not in ours:
+                ours[pid] = token in (d / "environ").read_bytes().split(b"\0")
+            if not ours[pid]:
+                continue
+            fields = (d / "stat").read_text().rpartition(")")[2].split()
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        row = seen.setdefault(pid, {"first": now, "role": "", "ppid": int(fields[1])})
+        row.update(cpu=(int(fields[11]) + int(fields[12])) / TICK, last=now)
+        if cmd:  # an exiting process's command line reads empty
+            row["role"] = role(cmd)
+
+
+def timeline(cfg: dict, rounds: int = 1, limit: float | None = None, tree: Path = ROOT) -> dict:
+    """The launch's processes; ``limit``: stop the launch (as Ctrl-C does) after that many seconds
+    and return what was seen so far (on a busy machine a launch may take many minutes). ``tree``: the
+    checkout whose launcher and app run (another commit's, to compare)."""
+    token = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory(prefix="fedapp-startup-") as tmp:
+        cfg = {**cfg, "num-server-rounds": rounds, "eval-every": rounds, "results-dir": f"{tmp}/results",
+               "run-name": "startup"}
+        rows = Path(tmp) / "results/startup/rounds.json"
+        env = {**os.environ, "FEDAPP_LAUNCH_ID": token, "PYTHONPATH": str(tree)}
+        cmd = [sys.executable, "-m", "fedapp.launch", "--run-config", run_config_str(cfg),
+               "--flwr-home", f"{tmp}/flwr-home", "--port-base", "39790"]
+        ours: dict[int, bool] = {}
+        seen: dict[int, dict] = {}
+        at_first: dict[int, float] | None = None
+        first_round = None
+        t0 = time.time()
+        err = open(Path(tmp) / "stderr", "w+")
+        proc = subprocess.Popen(cmd, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=err)
+        ours[proc.pid] = True
+        stopped = False
+        while proc.poll() is None:
+            if limit is not None and not stopped and time.time() - t0 > limit:
+                proc.send_signal(signal.SIGINT)
+                stopped = True
+            sample(f"FEDAPP_LAUNCH_ID={token}".encode(), ours, seen, t0)
+            if first_round is None:
+                try:
+                    if json.loads(rows.read_text())["rounds"]:
+                        first_round = time.time() - t0
+                        at_first = {pid: row["cpu"] for pid, row in seen.items()}
+                except (OSError, ValueError, KeyError):
+                    pass
+            time.sleep(0.1)
+        wall = time.time() - t0
+        err.seek(0)
+        failed = err.read()[-1000:] if proc.returncode and not stopped else None
+        err.close()
+    procs = sorted(({"role": r["role"], "pid": pid, "ppid": r["ppid"], "first_seen_s": round(r["first"], 2),
+                     "cpu_to_first_round_s": None if at_first is None else at_first.get(pid),
+                     "cpu_total_s": r["cpu"]} for pid, r in seen.items()), key=lambda r: r["first_seen_s"])
+    return {"strategy": cfg["strategy"], "clients": cfg["num-clients"], "to_first_round_s": first_round,
+            "wall_s": wall, "stopped_at_s": limit if stopped else None, "failed": failed,
+            "cpu_to_first_round_s": None if at_first is None else sum(at_first.values()),
+            "processes": procs, "load": os.getloadavg(), "time": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--strategy", default="fedavg", choices=sorted(SETTINGS))
+    p.add_argument("--local-steps", type=int, default=5, help="local steps of the one round (start-up is before it)")
+    p.add_argument("--limit", type=float, help="stop the launch after this many seconds (Ctrl-C) and report so far")
+    p.add_argument("--tree", type=Path, default=ROOT, help="launch the app of this checkout (default: this one)")
+    p.add_argument("--out", help="also append the JSON line to this file")
+    a = p.parse_args(argv)
+    cfg = {**SETTINGS[a.strategy], "local-steps": a.local_steps}
+    if a.strategy == "pefll":
+        cfg["pefll.k"] = a.local_steps
+    emit({**timeline(cfg, limit=a.limit, tree=a.tree.resolve()), "tree": str(a.tree)}, a.out)
+
+
+if __name__ == "__main__":
+    main()
