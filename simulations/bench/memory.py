@@ -44,7 +44,7 @@ if {census!r}:
                     if type(t) in (torch.Tensor, torch.nn.Parameter)}}
         with open(sys.argv[2] + "/census.jsonl", "a") as f:  # read at each round boundary by the parent
             f.write(json.dumps({{"clients_alive": sum(isinstance(o, FedClient) for o in objs),
-                                "tensor_mib": sum(storages.values()) / 2**20}}) + "\n")
+                                "tensor_mib": sum(storages.values()) / 2**20}}) + "\\n")
         record(self, row, writer, result)
     strategies.base.FedStrategy._record = counted
 run_local(json.loads(sys.argv[1]))
