@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from clients.feddyn import FedDynClient
-from clients.sam import SAM, SAMSteps
+from clients.sam import SAMSteps
 from fedapp.records import Payload, Tensors
 
 
@@ -26,7 +26,6 @@ class FedSMOOClient(FedSpeedClient):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.sam = SAM(direction=self.corrected)
         self.global_perturbation: Tensors = {}  #: s
         self.mu: Tensors = {}  #: mu_i
 
@@ -37,7 +36,7 @@ class FedSMOOClient(FedSpeedClient):
         self.mu = ({k: v.to(self.device) for k, v in saved.items()} if saved
                    else {k: torch.zeros_like(v) for k, v in self.global_perturbation.items()})
 
-    def corrected(self, grad: Tensors) -> Tensors:
+    def sam_direction(self, grad: Tensors) -> Tensors:
         """S = g - mu_i - s: the direction SAM normalises."""
         return {k: g - self.mu[k] - self.global_perturbation[k] for k, g in grad.items()}
 

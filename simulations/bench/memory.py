@@ -7,6 +7,9 @@ rounds of ``--local-steps`` steps with no evaluation; the setting's participatio
 This process samples the child's process tree every 0.5 s (``common.Monitor``: summed RSS), the
 child reports its kernel high-water mark (VmHWM, the exact peak of its RSS), and after each round
 the summed RSS and the number of clients whose state is on disk are recorded. One JSON line.
+``--census`` also has the child count, after each round and before any explicit garbage collection,
+the client objects still alive and the bytes of the tensors alive (what waits for Python's cycle
+collector shows here); ``--set key=value`` changes any run-config key (a smaller model, say).
 
     python simulations/bench/memory.py simulations/fedsmoo/paper-cifar10-dir0.6-10pct-of-100.toml --rounds 3
 """
@@ -29,6 +32,21 @@ CHILD = """
 import json, sys
 sys.path.insert(0, {root!r})
 from fedapp.inprocess import run_local
+if {census!r}:
+    import gc, torch
+    import strategies.base
+    from clients.base import FedClient
+    record = strategies.base.FedStrategy._record
+
+    def counted(self, row, writer, result=None):
+        objs = gc.get_objects()  # no gc.collect(): what the run itself left alive
+        storages = {{t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in objs
+                    if type(t) in (torch.Tensor, torch.nn.Parameter)}}
+        with open(sys.argv[2] + "/census.jsonl", "a") as f:  # read at each round boundary by the parent
+            f.write(json.dumps({{"clients_alive": sum(isinstance(o, FedClient) for o in objs),
+                                "tensor_mib": sum(storages.values()) / 2**20}}) + "\\n")
+        record(self, row, writer, result)
+    strategies.base.FedStrategy._record = counted
 run_local(json.loads(sys.argv[1]))
 hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
 print("VMHWM_KIB", hwm, flush=True)
@@ -44,6 +62,10 @@ def main() -> None:
     p.add_argument("--state-memory-mb", type=float, help="instead of the default (2048)")
     p.add_argument("--reply-memory-mb", type=float,
                    help="instead of the default (2048); a huge value holds every reply of a round in memory")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="run-config keys instead of the setting's (TOML values: model='mlp')")
+    p.add_argument("--census", action="store_true",
+                   help="count the client objects and tensor bytes alive after each round (slower)")
     p.add_argument("--out")
     a = p.parse_args()
     with open(a.setting, "rb") as f:
@@ -54,6 +76,7 @@ def main() -> None:
                     "central-eval": False, "fraction-evaluate": 0.0, "checkpoint-every": 0, "num-threads": 1,
                     "local-workers": 1, "results-dir": f"{tmp}/results", "run-name": "memory",
                     "state-spill-dir": str(spill)})
+        cfg.update(tomllib.loads("\n".join(a.set)))
         if a.fraction is not None:
             cfg["fraction-train"] = a.fraction
         if a.state_memory_mb is not None:
@@ -61,6 +84,7 @@ def main() -> None:
         if a.reply_memory_mb is not None:
             cfg["reply-memory-mb"] = a.reply_memory_mb
         mon = Monitor(tmp, Path(tmp) / "results/memory/rounds.json")
+        census = Path(tmp) / "census.jsonl"
         per_round: list[dict] = []
 
         def after_rounds() -> None:  # summed RSS and state files at each round boundary
@@ -69,14 +93,17 @@ def main() -> None:
                     files = list(spill.glob("*.pt"))
                     per_round.append({"round": len(per_round), "rss_mib": sum(r for _, r in tree(tmp).values()) / 2**20,
                                       "peak_so_far_mib": mon.peak_rss / 2**20, "clients_with_state_on_disk": len(files),
-                                      "state_on_disk_mib": sum(f.stat().st_size for f in files) / 2**20})
+                                      "state_on_disk_mib": sum(f.stat().st_size for f in files) / 2**20,
+                                      "time": time.strftime("%H:%M:%S")})
+                    if a.census:  # the child's count, written just before the round's row
+                        per_round[-1].update(json.loads(census.read_text().splitlines()[len(per_round) - 1]))
                     print(json.dumps(per_round[-1]), file=sys.stderr, flush=True)  # a stopped run keeps these
 
         mon.start()
         watcher = threading.Thread(target=after_rounds, daemon=True)
         watcher.start()
         t0 = time.time()
-        out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT)), json.dumps(cfg), tmp],
+        out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT), census=a.census), json.dumps(cfg), tmp],
                              capture_output=True, text=True)
         wall = time.time() - t0
         mon.done.set()
@@ -89,7 +116,7 @@ def main() -> None:
         files = list(spill.glob("*.pt"))
         record(a.out, bench="memory", setting=a.setting, strategy=cfg["strategy"], model=cfg["model"],
                clients=cfg["num-clients"], fraction=cfg["fraction-train"], rounds=a.rounds, local_steps=a.local_steps,
-               reply_memory_mb=cfg.get("reply-memory-mb", 2048.0),
+               reply_memory_mb=cfg.get("reply-memory-mb", 2048.0), changed=a.set,
                peak_tree_rss_mib=mon.peak_rss / 2**20, child_vmhwm_mib=hwm, per_round=per_round,
                clients_with_state_on_disk=len(files), state_on_disk_mib=sum(f.stat().st_size for f in files) / 2**20,
                train_seconds=[r.get("train-seconds") for r in rows if r["round"] > 0], wall_s=wall)
