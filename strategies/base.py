@@ -38,8 +38,8 @@ from fedapp.aggregation import coordinate_wise, krum_select, weighted_mean
 from fedapp.config import ConfigError, Key, RunConfig
 from fedapp.data import Dataset
 from fedapp.experiment import round_lr, unseen_clients
-from fedapp.records import (Payload, Tensors, array_numpy, content_bytes, from_record, make_content, payload_of,
-                             to_record)
+from fedapp.records import (Payload, RecordStore, Tensors, array_numpy, content_bytes, from_record, make_content,
+                             payload_of, to_record)
 from fedapp.spill import SpilledContent, spill
 from fedapp.training import evaluate
 
@@ -172,8 +172,7 @@ class FedStrategy(Strategy):
         #: this round's valid evaluation replies (pid, unseen, metrics): the results' clients.csv
         self.client_evals: list[tuple[int, bool, dict[str, float]]] = []
         self.results_path: Path | None = None  #: this run's results folder, once running with a writer
-        self.sent: dict[int, RecordDict] = {}  # node id -> the content sent in the current exchange
-        self.references: dict[int, tuple[ArrayRecord, Tensors]] = {}  # decoded sent records, by id
+        self.sent: dict[int, Payload] = {}  # partition id -> the arrays sent to it in the current exchange
         self.refused: dict[int, int] = {}  # node id -> the partition id it claimed that another node serves
         #: id of a reply of the last exchange -> (the reply, its arrays on disk) (``reply-memory-mb``),
         #: until parse_replies reads them
@@ -261,7 +260,6 @@ class FedStrategy(Strategy):
             nbytes, params = content_bytes(msg.content)
             self.traffic[f"{traffic}-bytes-down"] += nbytes
             self.traffic[f"{traffic}-params-down"] += params
-        self.sent, self.references = {msg.metadata.dst_node_id: msg.content for msg in msgs}, {}
         budget, self.spilled = self.cfg.reply_memory_mb * 2**20, {}
 
         def arrived(msg: Message) -> Message:
@@ -330,13 +328,7 @@ class FedStrategy(Strategy):
     def reference(self, pid: int, name: str) -> Tensors | None:
         """What reply record ``name`` of client ``pid`` is an update of: the record of that name
         sent to it in this exchange; None when the reply is an update itself (a delta)."""
-        sent = self.sent.get(self.clients[pid].node_id)
-        rec = None if sent is None else sent.array_records.get(name)
-        if rec is None:
-            return None
-        if id(rec) not in self.references:  # a record shared by every client is decoded once
-            self.references[id(rec)] = (rec, from_record(rec))  # the record kept: its id stays unique
-        return self.references[id(rec)][1]
+        return self.sent.get(pid, {}).get(name)
 
     def reply_updates(self, reply: Reply) -> dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor | None]]:
         """(record, key) -> (value, reference or None) for every float array of the reply."""
@@ -445,13 +437,21 @@ class FedStrategy(Strategy):
         """Arrays every sampled client receives for training (converted to records once)."""
         return {"arrays": self.global_state}
 
+    def shared_payloads(self, server_round: int) -> Payload:
+        """Arrays several (not all) clients receive for training, by name: a client's payload names
+        one with ``Shared(name)``, and it is converted to a record once per exchange."""
+        return {}
+
     def client_payload(self, pid: int, server_round: int) -> Payload:
-        """Arrays client ``pid`` receives for training besides the broadcast ones."""
+        """Arrays client ``pid`` receives for training besides the broadcast ones (an entry may name
+        one of ``shared_payloads``)."""
         return {}
 
     def train_payload(self, pid: int, server_round: int) -> Payload:
         """Everything client ``pid`` receives for training: the broadcast and its own arrays."""
-        return {**self.broadcast_payload(server_round), **self.client_payload(pid, server_round)}
+        store = RecordStore(self.shared_payloads(server_round))
+        return {**self.broadcast_payload(server_round),
+                **{name: store.tensors(entry) for name, entry in self.client_payload(pid, server_round).items()}}
 
     @classmethod
     def client_settings(cls, cfg: RunConfig) -> dict[str, Any]:
@@ -481,8 +481,13 @@ class FedStrategy(Strategy):
         """Arrays every client of the evaluation receives (converted once): what it evaluates."""
         return {"arrays": self.global_state}
 
+    def eval_shared_payloads(self, server_round: int) -> Payload:
+        """Arrays several clients receive for evaluation, by name (as ``shared_payloads``)."""
+        return {}
+
     def eval_client_payload(self, pid: int, server_round: int) -> Payload:
-        """Arrays client ``pid`` receives for evaluation besides the broadcast ones."""
+        """Arrays client ``pid`` receives for evaluation besides the broadcast ones (an entry may
+        name one of ``eval_shared_payloads``)."""
         return {}
 
     def central_state(self) -> Tensors | None:
@@ -498,44 +503,37 @@ class FedStrategy(Strategy):
         return [Message(c, dst_node_id=self.clients[pid].node_id, message_type=message_type)
                 for pid, c in contents.items()]
 
-    def records(self, payload: Mapping, cache: dict) -> dict[str, ArrayRecord]:
-        """ArrayRecords of a payload; an object in several clients' payloads (FedALS's body, HCCT's
-        group models) is converted once per exchange."""
-        out = {}
-        for name, tensors in payload.items():
-            if id(tensors) not in cache:
-                # the cache keeps the object alive: a payload built per client (a fresh dict) must not
-                # free its id for the next client's dict, which would then hit this entry
-                cache[id(tensors)] = (tensors, tensors if isinstance(tensors, ArrayRecord)
-                                      else ArrayRecord({k: v.detach().cpu() for k, v in tensors.items()}))
-            out[name] = cache[id(tensors)][1]
-        return out
-
     def contents(self, server_round: int, payloads: Mapping[int, Mapping], config: Mapping | Callable[[int], Mapping],
-                 broadcast: Mapping | None = None) -> dict[int, RecordDict]:
+                 broadcast: Mapping | None = None, shared: Mapping | None = None) -> dict[int, RecordDict]:
         """One message content per partition id: the ``broadcast`` records (converted once, the same for
         every client), then its own payload's records, and ``config`` (or ``config(pid)``) with
-        ``server-round`` and ``partition-id``."""
-        cache: dict = {}
-        common = self.records(broadcast or {}, cache)
+        ``server-round`` and ``partition-id``. ``shared``: the exchange's named arrays, which payload
+        entries name with ``Shared(name)``; each is converted once, whoever names it. What each client
+        is sent is noted in ``sent``: the robust screen measures updates against it."""
+        store = RecordStore(shared)
+        broadcast = dict(broadcast or {})
+        common = {name: to_record(tensors) for name, tensors in broadcast.items()}
         per_client = config if callable(config) else lambda pid: config
-        return {pid: make_content({**common, **self.records(payload, cache)},
+        self.sent = {pid: {**broadcast, **{name: store.tensors(e) for name, e in payload.items()}}
+                     for pid, payload in payloads.items()}
+        return {pid: make_content({**common, **{name: store.record(e) for name, e in payload.items()}},
                                   {**dict(per_client(pid)), "server-round": server_round, "partition-id": pid})
                 for pid, payload in payloads.items()}
 
     def round_trip(self, grid: Grid, server_round: int, payloads: Mapping[int, Mapping],
                    config: Mapping | Callable[[int], Mapping], spec: Callable[[int], Spec | None] | None,
                    message_type: str = MessageType.TRAIN, traffic: str = "train",
-                   broadcast: Mapping | None = None) -> list[Reply]:
+                   broadcast: Mapping | None = None, shared: Mapping | None = None) -> list[Reply]:
         """One exchange with each client in ``payloads``: the messages (``start``'s train or evaluate
-        config below ``config``; ``broadcast``: records every one gets), bytes and drops counted, and the
+        config below ``config``; ``broadcast``: records every one gets; ``shared``: named arrays payloads
+        name), bytes and drops counted, and the
         valid replies, each checked against
         ``spec(pid)`` (None: no arrays checked, as for evaluation replies). Every exchange of a round
         beyond Flower's configure/aggregate pair goes through here (PeFLL's phases, pFedHN, FedALS's
         body collection, HCCT's newcomers)."""
         base = self.base_config["train" if message_type == MessageType.TRAIN else "evaluate"]
         per_client = config if callable(config) else lambda pid: config
-        contents = self.contents(server_round, payloads, lambda pid: {**base, **per_client(pid)}, broadcast)
+        contents = self.contents(server_round, payloads, lambda pid: {**base, **per_client(pid)}, broadcast, shared)
         replies = self.exchange(grid, self.messages(contents, message_type), traffic)
         return self.parse_replies(replies, {pid: None if spec is None else spec(pid) for pid in contents})
 
@@ -545,7 +543,7 @@ class FedStrategy(Strategy):
         pids = self.sample(server_round)
         return self.contents(server_round, {pid: self.client_payload(pid, server_round) for pid in pids},
                              lambda pid: {**dict(base), **self.train_config(pid, server_round)},
-                             self.broadcast_payload(server_round))
+                             self.broadcast_payload(server_round), self.shared_payloads(server_round))
 
     # ---- the global model as Flower's ArrayRecord ------------------------------------------
     def global_arrays(self) -> ArrayRecord | None:
@@ -582,7 +580,7 @@ class FedStrategy(Strategy):
         self.begin_train(server_round, grid)
         contents = self.train_contents(server_round, config)
         self.expected["train"] = {pid: self.reply_spec(pid, server_round) for pid in contents}
-        return self.outgoing(self.messages(contents, MessageType.TRAIN))
+        return self.messages(contents, MessageType.TRAIN)
 
     def check_flower_loop(self, own: str) -> None:
         """A strategy whose round is more than Flower's configure/aggregate pair (it overrides
@@ -591,11 +589,6 @@ class FedStrategy(Strategy):
         if not self.in_round and getattr(type(self), own) is not getattr(FedStrategy, own):
             raise RuntimeError(f"{type(self).__name__} has its own {own} (more than one configure/aggregate "
                                "pair per round), which Flower's Strategy.start cannot drive: run its own start()")
-
-    def outgoing(self, msgs: list[Message]) -> list[Message]:
-        """Note what is sent (the robust screen measures updates against it)."""
-        self.sent, self.references = {msg.metadata.dst_node_id: msg.content for msg in msgs}, {}
-        return msgs
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
@@ -623,7 +616,7 @@ class FedStrategy(Strategy):
         pids = self.sample(server_round, sorted(self.clients), self.cfg.fraction_evaluate)
         return self.contents(server_round, {pid: self.eval_client_payload(pid, server_round) for pid in pids},
                              lambda pid: {**dict(base), **self.eval_config(pid, server_round)},
-                             self.eval_broadcast(server_round))
+                             self.eval_broadcast(server_round), self.eval_shared_payloads(server_round))
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord | None, config: ConfigRecord | Mapping,
                            grid: Grid) -> list[Message]:

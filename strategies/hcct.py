@@ -17,10 +17,15 @@ from fedapp.aggregation import weighted_mean
 from fedapp.config import ConfigError, Key, RunConfig
 from fedapp.experiment import round_lr
 from fedapp.models import body_head_keys, layer_groups
-from fedapp.records import Tensors
+from fedapp.records import Shared, Tensors
 from strategies.base import FedStrategy, Reply, spec_of
 
 Group = tuple[int, ...]
+
+
+def group_name(group: Group) -> str:
+    """The name a group's model travels under in an exchange's shared payloads."""
+    return "group-" + "-".join(map(str, group))
 
 
 def _gram(updates: Mapping[int, np.ndarray]) -> dict[tuple[int, int], float]:
@@ -144,6 +149,7 @@ class HCCT(FedStrategy):
         self.updates: dict[int, Tensors] = {}  # each client's last local update g_i
         self.groups: list[Group] = []
         self.starts: dict[Group, Tensors] = {}
+        self.group_models: dict[Group, Tensors] = {}  # this round's model of each group that trained
         self.group_log: list[dict[str, Any]] = []
 
     @classmethod
@@ -224,6 +230,7 @@ class HCCT(FedStrategy):
             self.probe_newcomers(server_round, grid, pool)
         self.groups = self.partition(server_round, pool)
         self.starts = {g: self.group_start(g) for g in self.groups}
+        self.group_models = {}
         log(INFO, "round %d groups: %s", server_round, [list(g) for g in self.groups])
         self.group_log.append({"round": server_round, "groups": [list(g) for g in self.groups]})
 
@@ -237,8 +244,11 @@ class HCCT(FedStrategy):
     def broadcast_payload(self, server_round: int):
         return {}  # each group trains its own model
 
+    def shared_payloads(self, server_round: int):
+        return {group_name(g): start for g, start in self.starts.items()}
+
     def client_payload(self, pid: int, server_round: int):
-        return {"arrays": self.starts[self.group_of(pid)]}  # one object per group: serialised once
+        return {"arrays": Shared(group_name(self.group_of(pid)))}
 
     def reply_spec(self, pid: int, server_round: int):
         return spec_of({"arrays": self.init_state})
@@ -253,6 +263,7 @@ class HCCT(FedStrategy):
             for r in got:
                 self.updates[r.pid] = {k: r.payload["arrays"][k] - start[k] for k in self.similarity_keys}
             model = self.combine([r.payload["arrays"] for r in got], [r.num_examples for r in got])
+            self.group_models[group] = model
             for pid in group:
                 self.models[pid] = model
         self.after_first_updates(server_round)
@@ -263,8 +274,14 @@ class HCCT(FedStrategy):
     def eval_broadcast(self, server_round: int):
         return {}
 
+    def eval_shared_payloads(self, server_round: int):
+        return {"initial": self.init_state, **{group_name(g): m for g, m in self.group_models.items()}}
+
     def eval_client_payload(self, pid: int, server_round: int):
-        return {"arrays": self.models.get(pid, self.init_state)}
+        group = next((g for g in self.group_models if pid in g), None)
+        if group is not None:
+            return {"arrays": Shared(group_name(group))}
+        return {"arrays": self.models[pid]} if pid in self.models else {"arrays": Shared("initial")}
 
     def central_state(self) -> Tensors | None:
         """The single model when all clients form one group and the whole model is shared."""
@@ -360,6 +377,7 @@ class HCCTP(HCCT):
             head = body_head_keys(self.model)[1]
             for r in replies:
                 self.models[r.pid] = {**self.models[r.pid], **{k: r.payload["arrays"][k] for k in head}}
+            self.group_models = {}  # each client holds its own head now: no model is shared
 
 
 ALGORITHMS = {"hcct": (HCCT, HCCTClient), "hcct-e": (HCCTE, HCCTClient), "hcct-p": (HCCTP, HCCTPClient)}

@@ -121,8 +121,8 @@ def test_robust_combinations_by_hand(config):
 def test_clipping_scales_the_update_against_what_was_sent(config):
     strategy = build_strategy(parse_run_config(config("fedavg", **{"clip-norm": 1.0, "screen-factor": 0.0})))
     strategy.clients = {0: ClientInfo(101, 10, 2, False), 1: ClientInfo(102, 10, 2, False)}
-    sent = RecordDict({"arrays": ArrayRecord({"w": Array(np.array([1.0, 1.0], np.float32))})})
-    strategy.sent = {101: sent, 102: sent}
+    sent = {"arrays": {"w": torch.tensor([1.0, 1.0])}}
+    strategy.sent = {0: sent, 1: sent}
     far = Reply(0, {"arrays": {"w": torch.tensor([4.0, 5.0])}, "delta": {"d": torch.tensor([0.0])}}, {})
     near = Reply(1, {"arrays": {"w": torch.tensor([1.5, 1.0])}, "delta": {"d": torch.tensor([0.0])}}, {})
     out = strategy.robust([far, near])
