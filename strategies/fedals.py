@@ -9,7 +9,8 @@ from clients.fedals import FedALSClient, FedALSScaffoldClient
 from fedapp.config import ConfigError, Key
 from fedapp.layer_split import split_model
 from fedapp.records import Shared, Tensors
-from strategies.base import FedStrategy, spec_of
+from strategies.base import FedStrategy
+from strategies.driver import spec_of
 from strategies.scaffold import updated_control
 
 
@@ -118,7 +119,7 @@ class FedALS(FedStrategy):
         if self.body_round == server_round and self.body_pids == set(pool):
             return self.global_state
         spec = spec_of({"body": self.body})
-        valid = self.round_trip(grid, server_round, dict.fromkeys(pool, {}),
+        valid = self.driver.round_trip(grid, server_round, dict.fromkeys(pool, {}),
                                 lambda pid: {**self.eval_config(pid, server_round), "collect-body": True},
                                 lambda pid: spec, MessageType.EVALUATE, "eval")
         if not valid:

@@ -18,7 +18,8 @@ from fedapp.config import ConfigError, Key, RunConfig
 from fedapp.experiment import round_lr
 from fedapp.models import body_head_keys, layer_groups
 from fedapp.records import Shared, Tensors
-from strategies.base import FedStrategy, Reply, spec_of
+from strategies.base import FedStrategy
+from strategies.driver import Reply, spec_of
 
 Group = tuple[int, ...]
 
@@ -217,7 +218,7 @@ class HCCT(FedStrategy):
         new = [pid for pid in pool if pid not in self.updates]
         if not new or not self.updates:  # round 1 has no one to be placed among
             return
-        replies = self.round_trip(grid, server_round, dict.fromkeys(new, {}), lambda pid: self.train_config(pid, 1),
+        replies = self.driver.round_trip(grid, server_round, dict.fromkeys(new, {}), lambda pid: self.train_config(pid, 1),
                                   lambda pid: self.reply_spec(pid, server_round), broadcast={"arrays": self.init_state})
         for r in replies:
             self.updates[r.pid] = {k: r.payload["arrays"][k] - self.init_state[k] for k in self.similarity_keys}

@@ -9,7 +9,8 @@ from fedapp.aggregation import weighted_mean
 from fedapp.config import Key, RunConfig
 from fedapp.models import build_model
 from fedapp.records import Shared, Tensors
-from strategies.base import FedStrategy, Reply
+from strategies.base import FedStrategy
+from strategies.driver import Reply
 
 
 class IFCA(FedStrategy):

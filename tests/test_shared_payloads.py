@@ -10,7 +10,7 @@ import fedapp.records as records
 from fedapp.config import parse_run_config
 from fedapp.records import Shared, from_record
 from fedapp.server_app import build_strategy
-from strategies.base import ClientInfo
+from strategies.driver import ClientInfo
 from test_reliability import config, image_tree  # noqa: F401
 
 
@@ -40,7 +40,7 @@ def test_a_named_payload_is_converted_once_and_names_are_not_confused(config, co
     y = {"w": torch.tensor([1.0, 2.0])}  # the same content, another name: its own record
     z = {"w": torch.tensor([3.0, 4.0])}
     own = {"v": torch.zeros(1)}
-    contents = strategy.contents(1, {0: {"a": Shared("x")}, 1: {"a": Shared("x")}, 2: {"a": Shared("y")},
+    contents = strategy.driver.contents(1, {0: {"a": Shared("x")}, 1: {"a": Shared("x")}, 2: {"a": Shared("y")},
                                      3: {"a": Shared("z"), "own": own}},
                                  {}, shared={"x": x, "y": y, "z": z, "unused": {"u": torch.ones(3)}})
     assert len(conversions) == 4 and all(a is b for a, b in zip(conversions, (x, y, z, own)))  # "unused": never
@@ -48,9 +48,9 @@ def test_a_named_payload_is_converted_once_and_names_are_not_confused(config, co
     assert contents[2]["a"] is not contents[0]["a"]
     for pid, want in ((0, x), (1, x), (2, y), (3, z)):
         assert torch.equal(from_record(contents[pid]["a"])["w"], want["w"])
-    assert strategy.sent[3] == {"a": z, "own": own} and strategy.sent[0]["a"] is x  # what the screen measures against
+    assert strategy.driver.sent[3] == {"a": z, "own": own} and strategy.driver.sent[0]["a"] is x  # what the screen measures against
     with pytest.raises(KeyError, match="'nope'"):
-        strategy.contents(1, {0: {"a": Shared("nope")}}, {}, shared={"x": x})
+        strategy.driver.contents(1, {0: {"a": Shared("nope")}}, {}, shared={"x": x})
 
 
 def test_fedals_scaffold_shares_body_and_control_variates(config, conversions):
