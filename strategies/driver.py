@@ -207,9 +207,8 @@ class Driver:
                    message_type: str = MessageType.TRAIN, traffic: str = "train",
                    broadcast: Mapping | None = None, shared: Mapping | None = None) -> list[Reply]:
         """One exchange with each client in ``payloads``: the messages (``start``'s train or evaluate
-        config below ``config``; ``broadcast``: records every one gets; ``shared``: named arrays payloads
-        name), bytes and drops counted, and the
-        valid replies, each checked against
+        config below ``config``; ``broadcast``: arrays every one gets; ``shared``: named arrays the
+        payloads name), bytes and drops counted, and the valid replies, each checked against
         ``spec(pid)`` (None: no arrays checked, as for evaluation replies). Every exchange of a round
         beyond Flower's configure/aggregate pair goes through here (PeFLL's phases, pFedHN, FedALS's
         body collection, HCCT's newcomers)."""
