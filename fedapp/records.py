@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -20,6 +21,40 @@ Payload = dict[str, Tensors]
 
 def to_record(tensors: Mapping[str, torch.Tensor]) -> ArrayRecord:
     return ArrayRecord({k: v.detach().cpu() for k, v in tensors.items()})
+
+
+@dataclass(frozen=True)
+class Shared:
+    """A payload entry that names arrays of its exchange's ``RecordStore`` instead of holding them."""
+
+    name: str
+
+
+class RecordStore:
+    """The arrays several clients of one exchange receive, each under a name the strategy gives it.
+    Payload entries name them (``Shared(name)``); each is converted to one ArrayRecord, on first use,
+    which every message naming it carries."""
+
+    def __init__(self, entries: Mapping[str, Mapping[str, torch.Tensor]] | None = None):
+        self.entries = dict(entries or {})
+        self.records: dict[str, ArrayRecord] = {}
+
+    def tensors(self, entry: Mapping[str, torch.Tensor] | Shared) -> Mapping[str, torch.Tensor]:
+        """A payload entry's arrays: its own, or those of the store entry it names."""
+        if not isinstance(entry, Shared):
+            return entry
+        if entry.name not in self.entries:
+            raise KeyError(f"a payload names shared arrays '{entry.name}', which this exchange's shared "
+                           f"payloads {sorted(self.entries)} lack")
+        return self.entries[entry.name]
+
+    def record(self, entry: Mapping[str, torch.Tensor] | Shared) -> ArrayRecord:
+        """A payload entry as an ArrayRecord: a named entry converted once per exchange."""
+        if not isinstance(entry, Shared):
+            return to_record(entry)
+        if entry.name not in self.records:
+            self.records[entry.name] = to_record(self.tensors(entry))
+        return self.records[entry.name]
 
 
 def array_numpy(a: Array) -> np.ndarray:

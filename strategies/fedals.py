@@ -8,8 +8,9 @@ from flwr.serverapp import Grid
 from clients.fedals import FedALSClient, FedALSScaffoldClient
 from fedapp.config import ConfigError, Key
 from fedapp.layer_split import split_model
-from fedapp.records import Tensors
-from strategies.base import FedStrategy, spec_of
+from fedapp.records import Shared, Tensors
+from strategies.base import FedStrategy
+from strategies.driver import spec_of
 from strategies.scaffold import updated_control
 
 
@@ -88,8 +89,11 @@ class FedALS(FedStrategy):
     def broadcast_payload(self, server_round):
         return {"head": self.head}
 
+    def shared_payloads(self, server_round):
+        return {"body": self.body}
+
     def client_payload(self, pid, server_round):
-        return {"body": self.body} if self.sends_body(pid) else {}
+        return {"body": Shared("body")} if self.sends_body(pid) else {}
 
     def train_config(self, pid, server_round):
         return {**super().train_config(pid, server_round), "sync-body": self.is_body_round(server_round)}
@@ -115,7 +119,7 @@ class FedALS(FedStrategy):
         if self.body_round == server_round and self.body_pids == set(pool):
             return self.global_state
         spec = spec_of({"body": self.body})
-        valid = self.round_trip(grid, server_round, dict.fromkeys(pool, {}),
+        valid = self.driver.round_trip(grid, server_round, dict.fromkeys(pool, {}),
                                 lambda pid: {**self.eval_config(pid, server_round), "collect-body": True},
                                 lambda pid: spec, MessageType.EVALUATE, "eval")
         if not valid:
@@ -176,9 +180,12 @@ class FedALSScaffold(FedALS):
         self.head_control = {k: self.control[k] for k in self.head_params}
         self.full_control = {k: self.control[k] for k in self.body_params + self.head_params}
 
+    def shared_payloads(self, server_round):
+        return {**super().shared_payloads(server_round), "control": self.full_control, "head-control": self.head_control}
+
     def client_payload(self, pid, server_round):
         payload = super().client_payload(pid, server_round)
-        payload["control"] = self.full_control if "body" in payload else self.head_control
+        payload["control"] = Shared("control" if "body" in payload else "head-control")
         return payload
 
     def reply_spec(self, pid, server_round):

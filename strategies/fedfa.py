@@ -4,7 +4,8 @@ import math
 
 from clients.fedfa import FedFAClient
 from fedapp.aggregation import weighted_mean
-from strategies.base import FedStrategy, Reply
+from strategies.base import FedStrategy
+from strategies.driver import Reply
 
 #: accuracies are clipped here so that -log2 stays finite and positive
 ACC_CLIP = (1e-3, 1 - 1e-3)

@@ -7,7 +7,8 @@ from fedapp.aggregation import weighted_mean
 from fedapp.config import Key
 from fedapp.experiment import round_lr
 from fedapp.models import body_head_keys
-from strategies.base import FedStrategy, spec_of
+from strategies.base import FedStrategy
+from strategies.driver import spec_of
 
 
 class FedRep(FedStrategy):

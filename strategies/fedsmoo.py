@@ -5,7 +5,8 @@ from __future__ import annotations
 from clients.fedsmoo import FedSMOOClient, FedSpeedClient
 from fedapp.config import Key
 from fedapp.perturbation import perturbation
-from strategies.base import LR_DECAY, spec_of
+from strategies.base import LR_DECAY
+from strategies.driver import spec_of
 from strategies.feddyn import BETA, FedDyn
 from strategies.fedsam import RHO
 

@@ -17,10 +17,16 @@ from fedapp.aggregation import weighted_mean
 from fedapp.config import ConfigError, Key, RunConfig
 from fedapp.experiment import round_lr
 from fedapp.models import body_head_keys, layer_groups
-from fedapp.records import Tensors
-from strategies.base import FedStrategy, Reply, spec_of
+from fedapp.records import Shared, Tensors
+from strategies.base import FedStrategy
+from strategies.driver import Reply, spec_of
 
 Group = tuple[int, ...]
+
+
+def group_name(group: Group) -> str:
+    """The name a group's model travels under in an exchange's shared payloads."""
+    return "group-" + "-".join(map(str, group))
 
 
 def _gram(updates: Mapping[int, np.ndarray]) -> dict[tuple[int, int], float]:
@@ -144,6 +150,7 @@ class HCCT(FedStrategy):
         self.updates: dict[int, Tensors] = {}  # each client's last local update g_i
         self.groups: list[Group] = []
         self.starts: dict[Group, Tensors] = {}
+        self.group_models: dict[Group, Tensors] = {}  # this round's model of each group that trained
         self.group_log: list[dict[str, Any]] = []
 
     @classmethod
@@ -211,7 +218,7 @@ class HCCT(FedStrategy):
         new = [pid for pid in pool if pid not in self.updates]
         if not new or not self.updates:  # round 1 has no one to be placed among
             return
-        replies = self.round_trip(grid, server_round, dict.fromkeys(new, {}), lambda pid: self.train_config(pid, 1),
+        replies = self.driver.round_trip(grid, server_round, dict.fromkeys(new, {}), lambda pid: self.train_config(pid, 1),
                                   lambda pid: self.reply_spec(pid, server_round), broadcast={"arrays": self.init_state})
         for r in replies:
             self.updates[r.pid] = {k: r.payload["arrays"][k] - self.init_state[k] for k in self.similarity_keys}
@@ -224,6 +231,7 @@ class HCCT(FedStrategy):
             self.probe_newcomers(server_round, grid, pool)
         self.groups = self.partition(server_round, pool)
         self.starts = {g: self.group_start(g) for g in self.groups}
+        self.group_models = {}
         log(INFO, "round %d groups: %s", server_round, [list(g) for g in self.groups])
         self.group_log.append({"round": server_round, "groups": [list(g) for g in self.groups]})
 
@@ -237,8 +245,11 @@ class HCCT(FedStrategy):
     def broadcast_payload(self, server_round: int):
         return {}  # each group trains its own model
 
+    def shared_payloads(self, server_round: int):
+        return {group_name(g): start for g, start in self.starts.items()}
+
     def client_payload(self, pid: int, server_round: int):
-        return {"arrays": self.starts[self.group_of(pid)]}  # one object per group: serialised once
+        return {"arrays": Shared(group_name(self.group_of(pid)))}
 
     def reply_spec(self, pid: int, server_round: int):
         return spec_of({"arrays": self.init_state})
@@ -253,6 +264,7 @@ class HCCT(FedStrategy):
             for r in got:
                 self.updates[r.pid] = {k: r.payload["arrays"][k] - start[k] for k in self.similarity_keys}
             model = self.combine([r.payload["arrays"] for r in got], [r.num_examples for r in got])
+            self.group_models[group] = model
             for pid in group:
                 self.models[pid] = model
         self.after_first_updates(server_round)
@@ -263,8 +275,14 @@ class HCCT(FedStrategy):
     def eval_broadcast(self, server_round: int):
         return {}
 
+    def eval_shared_payloads(self, server_round: int):
+        return {"initial": self.init_state, **{group_name(g): m for g, m in self.group_models.items()}}
+
     def eval_client_payload(self, pid: int, server_round: int):
-        return {"arrays": self.models.get(pid, self.init_state)}
+        group = next((g for g in self.group_models if pid in g), None)
+        if group is not None:
+            return {"arrays": Shared(group_name(group))}
+        return {"arrays": self.models[pid]} if pid in self.models else {"arrays": Shared("initial")}
 
     def central_state(self) -> Tensors | None:
         """The single model when all clients form one group and the whole model is shared."""
@@ -360,6 +378,7 @@ class HCCTP(HCCT):
             head = body_head_keys(self.model)[1]
             for r in replies:
                 self.models[r.pid] = {**self.models[r.pid], **{k: r.payload["arrays"][k] for k in head}}
+            self.group_models = {}  # each client holds its own head now: no model is shared
 
 
 ALGORITHMS = {"hcct": (HCCT, HCCTClient), "hcct-e": (HCCTE, HCCTClient), "hcct-p": (HCCTP, HCCTPClient)}

@@ -8,8 +8,9 @@ from clients.ifca import IFCAClient
 from fedapp.aggregation import weighted_mean
 from fedapp.config import Key, RunConfig
 from fedapp.models import build_model
-from fedapp.records import Tensors
-from strategies.base import FedStrategy, Reply
+from fedapp.records import Shared, Tensors
+from strategies.base import FedStrategy
+from strategies.driver import Reply
 
 
 class IFCA(FedStrategy):
@@ -68,10 +69,13 @@ class IFCA(FedStrategy):
     def eval_broadcast(self, server_round: int):
         return {}
 
+    def eval_shared_payloads(self, server_round: int):
+        return self.broadcast_payload(server_round)  # the k models, for the clients that never trained
+
     def eval_client_payload(self, pid: int, server_round: int):
         chosen = self.choices.get(pid)
         if chosen is None:  # never trained: let the client pick as in training
-            return self.broadcast_payload(server_round)
+            return {name: Shared(name) for name in self.eval_shared_payloads(server_round)}
         return {"arrays": weighted_mean([self.cluster_models[j] for j in chosen], [1.0] * len(chosen))}
 
     def central_state(self) -> Tensors | None:

@@ -3,7 +3,8 @@
 from clients.maxfl import MaxFLClient
 from fedapp.aggregation import weighted_mean
 from fedapp.config import Key
-from strategies.base import FedStrategy, Reply
+from strategies.base import FedStrategy
+from strategies.driver import Reply
 
 
 class MaxFL(FedStrategy):

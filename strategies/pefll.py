@@ -16,7 +16,8 @@ from fedapp.config import ConfigError, Key
 from fedapp.files import atomic_write
 from fedapp.hypernetworks import EMBEDDINGS, HyperNetwork, embedding_network
 from fedapp.records import Tensors
-from strategies.base import FedStrategy, Reply, Spec, spec_of
+from strategies.base import FedStrategy
+from strategies.driver import Reply, Spec, spec_of
 
 
 def embed_dim(cfg) -> int:
@@ -149,7 +150,7 @@ class PeFLL(FedStrategy):
         if not train:  # an evaluation descriptor comes with the client's training label counts
             classes = self.dataset.num_classes
             spec = lambda pid: {"v": {**self.descriptor_spec(pid)["v"], "hist": ((classes,), torch.int64)}}  # noqa: E731
-        replies = self.round_trip(grid, server_round, dict.fromkeys(pids, {}), self.phase(server_round, "descriptor"),
+        replies = self.driver.round_trip(grid, server_round, dict.fromkeys(pids, {}), self.phase(server_round, "descriptor"),
                                   spec, MessageType.TRAIN if train else MessageType.EVALUATE, traffic,
                                   broadcast={"eta_v": eta_v})
         if not train:  # kept for descriptors.npz
@@ -178,7 +179,7 @@ class PeFLL(FedStrategy):
                        traffic: str = "train") -> list[Reply]:
         """Phase 2: theta_i = h(v_i) to each client (a different message each), delta_theta_i back."""
         payloads = {pid: {"theta": self.personal_model(vi)} for pid, vi in v.items()}
-        return self.round_trip(grid, server_round, payloads, self.phase(server_round, "train"), self.delta_spec,
+        return self.driver.round_trip(grid, server_round, payloads, self.phase(server_round, "train"), self.delta_spec,
                                traffic=traffic)
 
     def hypernetwork_vjp(self, v: torch.Tensor, delta: Tensors) -> tuple[list[torch.Tensor], torch.Tensor]:
@@ -193,7 +194,7 @@ class PeFLL(FedStrategy):
                            ) -> dict[int, list[torch.Tensor]]:
         """Phase 3: delta_v_i to each client, delta_eta_v_i back."""
         spec = spec_of({"delta": self.embed.state_dict()})
-        replies = self.round_trip(grid, server_round, {pid: {"delta_v": {"v": d}} for pid, d in delta_v.items()},
+        replies = self.driver.round_trip(grid, server_round, {pid: {"delta_v": {"v": d}} for pid, d in delta_v.items()},
                                   self.phase(server_round, "backprop"), lambda pid: spec)
         return {r.pid: list(r.payload["delta"].values()) for r in replies}
 
@@ -259,7 +260,7 @@ class PeFLL(FedStrategy):
             return {}
         pids = self.sample(server_round, sorted(self.clients), self.cfg.fraction_evaluate)
         thetas = self.personal_models(server_round, grid, pids)
-        replies = self.round_trip(grid, server_round, {pid: {"theta": t} for pid, t in thetas.items()},
+        replies = self.driver.round_trip(grid, server_round, {pid: {"theta": t} for pid, t in thetas.items()},
                                   lambda pid: {**self.eval_config(pid, server_round), "phase": "evaluate"}, None,
                                   MessageType.EVALUATE, "eval")
         self.save_descriptors(server_round)

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from clients.scaffold import ScaffoldClient
 from fedapp.config import Key
 from fedapp.records import Tensors
-from strategies.base import LR_DECAY, FedStrategy, spec_of
+from strategies.base import LR_DECAY, FedStrategy
+from strategies.driver import spec_of
 
 
 def updated_control(c: Tensors, deltas: list[Tensors], num_clients: int,

@@ -94,7 +94,7 @@ def test_a_failed_round_leaves_the_last_committed_state(failure, small_config, t
         monkeypatch.setattr(ScaffoldClient, "end_fit", end_fit)
     else:  # the process dies between writing the temporary file and renaming it
         monkeypatch.setattr(os, "replace", crash)
-    msgs = [m for m in strategy.messages(strategy.train_contents(2), MessageType.TRAIN)
+    msgs = [m for m in strategy.driver.messages(strategy.train_contents(2), MessageType.TRAIN)
             if m.metadata.dst_node_id == ctx.node_id]
     [reply] = grid.send_and_receive(msgs)
     assert reply.has_error()

@@ -14,7 +14,7 @@ from fedapp.config import parse_run_config
 from fedapp.experiment import model_for
 from fedapp import registry
 from fedapp.inprocess import InProcessGrid, run_local
-from strategies.base import ClientInfo, Reply
+from strategies.driver import ClientInfo, Reply
 from strategies.fedavg import FedAvg
 from strategies.fedcm import FedCM
 from strategies.fedsmoo import FedSMOO

@@ -13,7 +13,7 @@ from fedapp.experiment import ClientData
 from fedapp.models import MLP
 from fedapp.registry import get
 from simulations.fedsmoo.fl_simulator_golden import SETTING, data, initial_vector, summary
-from strategies.base import ClientInfo, Reply
+from strategies.driver import ClientInfo, Reply
 from tests.conftest import ROOT
 
 FIXTURE = json.loads((ROOT / "tests" / "fixtures" / "fl_simulator_golden.json").read_text())

@@ -15,7 +15,7 @@ from fedapp.experiment import client_data, dataset, model_for
 from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.records import content_bytes, make_content
 from fedapp.training import evaluate
-from strategies.base import Reply
+from strategies.driver import Reply
 from strategies.fedavg import FedAvg
 from strategies.fedfa import FedFA
 from strategies.hcct import HCCTE

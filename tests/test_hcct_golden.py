@@ -12,7 +12,7 @@ from clients.hcct import HCCTClient
 from fedapp.config import parse_run_config
 from fedapp.experiment import ClientData
 from fedapp.models import build_model
-from strategies.base import ClientInfo, Reply
+from strategies.driver import ClientInfo, Reply
 from strategies.hcct import HCCT
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "hcct_authors_golden.json").read_text())

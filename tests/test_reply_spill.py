@@ -47,7 +47,7 @@ def test_spilled_replies_give_the_same_run(name, small_config, image_config, tmp
     assert rows(spilled) == rows(in_memory)
     for k, v in in_memory.global_state.items():
         assert torch.equal(spilled.global_state[k], v), k
-    assert spilled.spilled == {}  # read back and let go
+    assert spilled.driver.spilled == {}  # read back and let go
 
 
 def _counting(written):
@@ -100,8 +100,8 @@ def test_the_server_holds_one_reply_at_a_time(small_config, tmp_path, monkeypatc
         return light, spilled
 
     seen: list = []
-    import strategies.base
-    monkeypatch.setattr(strategies.base, "spill", watching)
+    import strategies.driver
+    monkeypatch.setattr(strategies.driver, "spill", watching)
     cfg = {**small_config, "strategy": "fedsmoo", "num-clients": 6, "fraction-evaluate": 0.0,
            "reply-memory-mb": 0.0, "num-server-rounds": 1}
     run_local(cfg, grid=InProcessGrid(app, 6, cfg))

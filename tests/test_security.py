@@ -16,7 +16,7 @@ from fedapp.config import ConfigError, parse_run_config
 from fedapp.faults import INFLATED, faulty_partitions
 from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.server_app import build_strategy
-from strategies.base import ClientInfo, Reply
+from strategies.driver import ClientInfo, Reply
 from test_reliability import _reference, config, image_tree, run, same_rows, strategies, tensors  # noqa: F401
 
 
@@ -93,8 +93,8 @@ def test_inflated_num_examples_is_capped(config):
     metrics = MetricRecord({"partition-id": 0, "num-examples": INFLATED})
     reply = Message(RecordDict({"metrics": metrics, "w": ArrayRecord({"w": Array(np.ones(2, np.float32))})}),
                     reply_to=sent)
-    assert [r.num_examples for r in strategy.parse_replies([reply], {0: {"w": {"w": ((2,), torch.float32)}}})] == [10]
-    assert [r.num_examples for r in strategy.parse_replies([reply], {0: None})] == [2]  # evaluation: the test split
+    assert [r.num_examples for r in strategy.driver.parse_replies([reply], {0: {"w": {"w": ((2,), torch.float32)}}})] == [10]
+    assert [r.num_examples for r in strategy.driver.parse_replies([reply], {0: None})] == [2]  # evaluation: the test split
 
 
 def test_robust_combinations_by_hand(config):
@@ -121,14 +121,14 @@ def test_robust_combinations_by_hand(config):
 def test_clipping_scales_the_update_against_what_was_sent(config):
     strategy = build_strategy(parse_run_config(config("fedavg", **{"clip-norm": 1.0, "screen-factor": 0.0})))
     strategy.clients = {0: ClientInfo(101, 10, 2, False), 1: ClientInfo(102, 10, 2, False)}
-    sent = RecordDict({"arrays": ArrayRecord({"w": Array(np.array([1.0, 1.0], np.float32))})})
-    strategy.sent = {101: sent, 102: sent}
+    sent = {"arrays": {"w": torch.tensor([1.0, 1.0])}}
+    strategy.driver.sent = {0: sent, 1: sent}
     far = Reply(0, {"arrays": {"w": torch.tensor([4.0, 5.0])}, "delta": {"d": torch.tensor([0.0])}}, {})
     near = Reply(1, {"arrays": {"w": torch.tensor([1.5, 1.0])}, "delta": {"d": torch.tensor([0.0])}}, {})
-    out = strategy.robust([far, near])
+    out = strategy.driver.robust([far, near])
     assert torch.allclose(out[0].payload["arrays"]["w"], torch.tensor([1.6, 1.8]))  # 1 + (3, 4) / 5
     assert torch.equal(out[1].payload["arrays"]["w"], torch.tensor([1.5, 1.0]))  # norm 0.5: unchanged
-    assert strategy.update_norm(near) == 0.5
+    assert strategy.driver.update_norm(near) == 0.5
 
 
 @pytest.mark.parametrize("bad,key", [({"aggregation": "mode"}, "aggregation"), ({"trim-fraction": 0.5}, "trim-fraction"),

@@ -68,7 +68,7 @@ def floor_plan(cfg: dict, rounds: int) -> list[list[int]]:
     (full participation), PeFLL's seeded sample of the seen clients (the strategy's own)."""
     from fedapp.config import parse_run_config
     from fedapp.server_app import build_strategy
-    from strategies.base import ClientInfo
+    from strategies.driver import ClientInfo
 
     strategy = build_strategy(parse_run_config(cfg))
     # as discovery finds them: every partition connected

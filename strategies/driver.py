@@ -1,0 +1,456 @@
+"""The round driver every fedapp strategy holds (``FedStrategy.driver``).
+
+It runs a strategy's rounds over a Flower ``Grid``, once for all algorithms: node discovery keyed
+by ``partition-id``, seeded sampling over partition ids, message contents (``contents``: broadcast,
+shared and per-client payloads), one exchange with byte and drop accounting (``exchange``), reply
+validation with the robust screen (``parse_replies``), ``round_trip`` for every exchange beyond
+Flower's configure/aggregate pair, the loop of rounds and evaluations, and per-round results. It
+calls the strategy's hooks and keeps only transport state; the strategy keeps its algorithm state,
+the clients it knows (``clients``, filled here at discovery) and the rows (``history``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from logging import INFO, WARNING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from flwr.app import ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result
+
+from fedapp.config import ConfigError, RunConfig
+from fedapp.records import (Payload, RecordStore, Tensors, array_numpy, content_bytes, make_content, payload_of,
+                            to_record)
+from fedapp.spill import SpilledContent, spill
+
+if TYPE_CHECKING:
+    from strategies.base import FedStrategy
+
+
+Spec = dict[str, dict[str, tuple[tuple[int, ...], torch.dtype]]]
+
+
+@dataclass
+class Reply:
+    """One valid client reply, keyed by the partition id the client reported."""
+
+    pid: int
+    payload: Payload
+    metrics: dict[str, float]
+
+    @property
+    def num_examples(self) -> int:
+        return int(self.metrics["num-examples"])
+
+
+@dataclass
+class ClientInfo:
+    node_id: int
+    num_train: int
+    num_test: int
+    unseen: bool
+
+
+def scalars(metrics: Mapping[str, Any]) -> dict[str, int | float]:
+    """The numeric entries of a row (a MetricRecord holds no dicts or strings)."""
+    return {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def spec_of(payload: Mapping[str, Tensors]) -> Spec:
+    return {name: {k: (tuple(v.shape), v.dtype) for k, v in t.items()} for name, t in payload.items()}
+
+
+def flower_grids() -> tuple[type, type]:
+    """Flower's HTTP grid (deployments) and in-memory grid (simulations). Imported when a server
+    needs them: ``flwr.superlink`` brings the SuperLink's state machinery (about 0.9 s of CPU),
+    which every ClientApp process would otherwise load, as parsing a run config imports this module."""
+    from flwr.superlink.grid import HttpGrid, InMemoryGrid
+
+    return HttpGrid, InMemoryGrid
+
+
+#: longest wait between two pulls of replies: a simulation's in-memory grid answers a pull from this
+#: process's memory, a deployment's HTTP grid with a request to the SuperLink
+PULL_WAIT = {"memory": 0.02, "http": 0.1}
+
+
+def send_and_receive(grid: Grid, msgs: list[Message], timeout: float | None,
+                     arrived: Callable[[Message], Message] | None = None) -> list[Message]:
+    """``grid.send_and_receive`` with a short poll: Flower's grids sleep between pulls (3 s for
+    the HTTP grid of a deployment, 0.1 s for a simulation's in-memory grid), which rounds every
+    exchange up to a multiple of that. The wait doubles from 10 ms to ``PULL_WAIT`` (20 ms in a
+    simulation, where PeFLL's three exchanges a step would each wait up to 0.1 s more; 0.1 s
+    over HTTP), so a reply is seen at most that late. Each reply goes through ``arrived`` as it
+    arrives (fedapp.inprocess's grid calls it as it computes the reply)."""
+    arrived = arrived or (lambda msg: msg)
+    http, memory = flower_grids()
+    if not isinstance(grid, (http, memory)):  # InProcessGrid answers without sleeping
+        if hasattr(grid, "on_reply"):
+            grid.on_reply = arrived
+            try:
+                return list(grid.send_and_receive(msgs, timeout=timeout))
+            finally:
+                grid.on_reply = None
+        return [arrived(msg) for msg in grid.send_and_receive(msgs, timeout=timeout)]
+    longest = PULL_WAIT["memory" if isinstance(grid, memory) else "http"]
+    pending = set(grid.push_messages(msgs))
+    end = None if timeout is None else time.time() + timeout
+    replies: list[Message] = []
+    wait = 0.01
+    while True:
+        got = list(grid.pull_messages(pending))
+        replies += [arrived(msg) for msg in got]
+        pending -= {m.metadata.reply_to_message_id for m in got}
+        if not pending or (end is not None and time.time() >= end):
+            return replies
+        time.sleep(wait)
+        wait = min(2 * wait, longest)
+
+
+class Driver:
+    """Runs one strategy's rounds; ``strategy`` supplies the hooks (``FedStrategy``)."""
+
+    def __init__(self, strategy: FedStrategy):
+        self.strategy = strategy
+        self.refused: dict[int, int] = {}  # node id -> the partition id it claimed that another node serves
+        self.traffic: Counter = Counter()  # this round's bytes and parameters, each way
+        self.dropped: Counter = Counter()  # this round's dropped replies by reason
+        self.sent: dict[int, Payload] = {}  # partition id -> the arrays sent to it in the current exchange
+        #: id of a message of the last exchange -> its reply's arrays on disk (``reply-memory-mb``),
+        #: until parse_replies reads them
+        self.spilled: dict[str, SpilledContent] = {}
+
+    @property
+    def cfg(self) -> RunConfig:
+        return self.strategy.cfg  # start() may replace it (num_rounds, timeout)
+
+    # ---- nodes and sampling ----------------------------------------------------------
+    def discover(self, grid: Grid, wait: float = 0.0) -> None:
+        """Ask unknown nodes for their partition id; wait up to ``wait`` s for num-clients."""
+        deadline, clients = time.time() + wait, self.strategy.clients
+        while True:
+            online = set(grid.get_node_ids())
+            known = {c.node_id for c in clients.values()}
+            # a refused node is asked again once the node serving its partition is gone
+            known |= {n for n, pid in self.refused.items() if clients[pid].node_id in online}
+            new = [n for n in online if n not in known]
+            if new:
+                msgs = [Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=n,
+                                message_type=MessageType.QUERY) for n in new]
+                for msg in send_and_receive(grid, msgs, self.cfg.round_timeout):
+                    if msg.has_error():
+                        log(WARNING, "node %s did not answer discovery: %s", msg.metadata.src_node_id,
+                            msg.error.reason)
+                        continue
+                    m = msg.content["metrics"]
+                    if "num-partitions" in m and int(m["num-partitions"]) != self.cfg.num_clients:
+                        raise ConfigError(
+                            f"the federation has {int(m['num-partitions'])} simulated SuperNodes but run config "
+                            f"'num-clients' = {self.cfg.num_clients}: make them equal (options.num-supernodes "
+                            "in $FLWR_HOME/config.toml, or python -m fedapp.launch, which sets it)")
+                    pid, node = int(m["partition-id"]), msg.metadata.src_node_id
+                    owner = clients.get(pid)
+                    if owner is not None and owner.node_id != node and owner.node_id in online:
+                        if self.refused.get(node) != pid:
+                            log(WARNING, "node %s refused: it claims partition %d, which node %s serves", node, pid,
+                                owner.node_id)
+                        self.refused[node] = pid
+                        continue
+                    self.refused.pop(node, None)
+                    clients[pid] = ClientInfo(msg.metadata.src_node_id, int(m["num-train"]), int(m["num-test"]),
+                                              pid in self.strategy.unseen)
+            if len(clients) >= self.cfg.num_clients or time.time() >= deadline:
+                return
+            time.sleep(1.0)
+
+    def sample(self, pool: list[int], fraction: float) -> list[int]:
+        """Seeded sample of ``fraction`` of ``pool`` (at least min-train-nodes), sorted."""
+        n = min(len(pool), max(self.cfg.min_train_nodes, int(round(fraction * len(pool)))))
+        return sorted(int(p) for p in self.strategy.rng.choice(pool, size=n, replace=False))
+
+    # ---- messages --------------------------------------------------------------------
+    def messages(self, contents: Mapping[int, RecordDict], message_type: str) -> list[Message]:
+        for c in contents.values():
+            if "config" not in c.config_records:
+                c["config"] = ConfigRecord({})
+            c["config"]["run-key"] = self.strategy.run_key
+        return [Message(c, dst_node_id=self.strategy.clients[pid].node_id, message_type=message_type)
+                for pid, c in contents.items()]
+
+    def contents(self, server_round: int, payloads: Mapping[int, Mapping], config: Mapping | Callable[[int], Mapping],
+                 broadcast: Mapping | None = None, shared: Mapping | None = None) -> dict[int, RecordDict]:
+        """One message content per partition id: the ``broadcast`` records (converted once, the same for
+        every client), then its own payload's records, and ``config`` (or ``config(pid)``) with
+        ``server-round`` and ``partition-id``. ``shared``: the exchange's named arrays, which payload
+        entries name with ``Shared(name)``; each is converted once, whoever names it. What each client
+        is sent is noted in ``sent``: the robust screen measures updates against it."""
+        store = RecordStore(shared)
+        broadcast = dict(broadcast or {})
+        common = {name: to_record(tensors) for name, tensors in broadcast.items()}
+        per_client = config if callable(config) else lambda pid: config
+        self.sent = {pid: {**broadcast, **{name: store.tensors(e) for name, e in payload.items()}}
+                     for pid, payload in payloads.items()}
+        return {pid: make_content({**common, **{name: store.record(e) for name, e in payload.items()}},
+                                  {**dict(per_client(pid)), "server-round": server_round, "partition-id": pid})
+                for pid, payload in payloads.items()}
+
+    def round_trip(self, grid: Grid, server_round: int, payloads: Mapping[int, Mapping],
+                   config: Mapping | Callable[[int], Mapping], spec: Callable[[int], Spec | None] | None,
+                   message_type: str = MessageType.TRAIN, traffic: str = "train",
+                   broadcast: Mapping | None = None, shared: Mapping | None = None) -> list[Reply]:
+        """One exchange with each client in ``payloads``: the messages (``start``'s train or evaluate
+        config below ``config``; ``broadcast``: arrays every one gets; ``shared``: named arrays the
+        payloads name), bytes and drops counted, and the valid replies, each checked against
+        ``spec(pid)`` (None: no arrays checked, as for evaluation replies). Every exchange of a round
+        beyond Flower's configure/aggregate pair goes through here (PeFLL's phases, pFedHN, FedALS's
+        body collection, HCCT's newcomers)."""
+        base = self.strategy.base_config["train" if message_type == MessageType.TRAIN else "evaluate"]
+        per_client = config if callable(config) else lambda pid: config
+        contents = self.contents(server_round, payloads, lambda pid: {**base, **per_client(pid)}, broadcast, shared)
+        replies = self.exchange(grid, self.messages(contents, message_type), traffic)
+        return self.parse_replies(replies, {pid: None if spec is None else spec(pid) for pid in contents})
+
+    def exchange(self, grid: Grid, msgs: list[Message], traffic: str = "train") -> list[Message]:
+        """Send the messages and return the replies, counting bytes both ways."""
+        for msg in msgs:
+            nbytes, params = content_bytes(msg.content)
+            self.traffic[f"{traffic}-bytes-down"] += nbytes
+            self.traffic[f"{traffic}-params-down"] += params
+        budget, self.spilled = self.cfg.reply_memory_mb * 2**20, {}
+
+        def arrived(msg: Message) -> Message:
+            if msg.has_content():
+                nbytes, params = content_bytes(msg.content)
+                self.traffic[f"{traffic}-bytes-up"] += nbytes
+                self.traffic[f"{traffic}-params-up"] += params
+                if nbytes * len(msgs) > budget:  # all of them together would not fit: to disk now
+                    msg.content, spilled = spill(msg.content, self.cfg.state_spill_dir or None)
+                    self.spilled[msg.metadata.reply_to_message_id] = spilled
+            return msg
+
+        replies = send_and_receive(grid, msgs, self.cfg.round_timeout, arrived) if msgs else []
+        missing = len(msgs) - len(replies)
+        if missing:
+            self.drop("timeout", missing)
+        return replies
+
+    def drop(self, reason: str, count: int = 1, pid: int | None = None, detail: str = "") -> None:
+        """Count ``count`` dropped replies under ``reason`` (the row's dropped-reasons key)."""
+        self.dropped[reason] += count
+        log(WARNING, "dropped %d repl%s%s: %s", count, "y" if count == 1 else "ies",
+            "" if pid is None else f" from partition {pid}", detail or reason)
+
+    def parse_replies(self, replies: Iterable[Message], expected: Mapping[int, Spec | None]) -> list[Reply]:
+        """Valid replies only: no error, a known partition id answering once, the expected
+        arrays, finite values and scalar metrics. Every multi-phase ``fit_round`` passes its
+        replies through here, so no aggregation ever sees a bad one. A reply's ``num-examples``
+        is capped by the split size the client reported at discovery, and replies carrying
+        arrays are screened and clipped (:meth:`robust`).
+
+        ``expected`` maps each addressed partition id to the arrays its reply must carry
+        (names, shapes, dtypes); ``None`` skips the array check (evaluation replies).
+        """
+        node_to_pid = {self.strategy.clients[pid].node_id: pid for pid in expected}
+        valid: dict[int, Reply] = {}
+        for msg in replies:
+            pid = node_to_pid.get(msg.metadata.src_node_id)
+            if msg.has_error():
+                # counted by the error's first line (same failure, same key); the log has more
+                first = (msg.error.reason or "?").strip().splitlines()[0][:120]
+                self.drop(f"client-error: {first}", pid=pid, detail=msg.error.reason[:500])
+                continue
+            spilled = self.spilled.pop(msg.metadata.reply_to_message_id, None)
+            content = msg.content if spilled is None else spilled.content(msg.content)  # one reply at a time
+            try:
+                reason = self.check_reply(content, pid, expected.get(pid))
+            except Exception as exc:  # a reply too odd to check (wrong record types, ...) is bad too
+                reason = f"malformed: {type(exc).__name__}: {exc}"
+            if reason is None and pid in valid:
+                reason = "duplicate"
+            if reason:
+                self.drop(reason.split(":")[0], pid=pid, detail=reason)
+                continue
+            metrics = {k: float(v) for k, v in msg.content["metrics"].items()}
+            info = self.strategy.clients[pid]
+            cap = info.num_train if expected.get(pid) is not None else info.num_test
+            if metrics["num-examples"] > cap:
+                log(WARNING, "partition %d claims %d examples, %d at discovery: counted as %d", pid,
+                    metrics["num-examples"], cap, cap)
+                metrics["num-examples"] = float(cap)
+            valid[pid] = Reply(pid, payload_of(content) if spilled is None else spilled.payload(), metrics)
+        out = [valid[pid] for pid in sorted(valid)]
+        return self.robust(out) if any(s is not None for s in expected.values()) else out
+
+    # ---- robust screen -----------------------------------------------------------------
+    def reply_updates(self, reply: Reply) -> dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor | None]]:
+        """(record, key) -> (value, reference or None) for every float array of the reply."""
+        out = {}
+        for name, tensors in reply.payload.items():
+            ref = self.strategy.reference(reply.pid, name) or {}
+            for k, v in tensors.items():
+                if v.is_floating_point():
+                    out[name, k] = (v, ref[k] if k in ref and ref[k].shape == v.shape else None)
+        return out
+
+    def update_norm(self, reply: Reply) -> float:
+        """L2 norm of the reply's update (its float arrays less their references), in float64."""
+        return math.sqrt(sum(float(((v.double() - (0.0 if r is None else r.double())) ** 2).sum())
+                             for v, r in self.reply_updates(reply).values()))
+
+    def robust(self, replies: list[Reply]) -> list[Reply]:
+        """The screen (``screen-factor``: a reply whose update norm is that many times the exchange's
+        lower median is dropped) and clipping (``clip-norm``: a longer update is scaled down to it).
+        Replies that pass unclipped are left as received, so an honest run is bit-identical."""
+        factor, clip = self.cfg.screen_factor, self.cfg.clip_norm
+        if not replies or not (factor or clip):
+            return replies
+        norms = [self.update_norm(r) for r in replies]
+        median = sorted(norms)[(len(norms) - 1) // 2]
+        kept = []
+        for r, norm in zip(replies, norms):
+            if factor and median > 0 and norm > factor * median:
+                self.drop("outlier-norm", pid=r.pid,
+                          detail=f"outlier-norm: update norm {norm:.3g} > {factor:g} x median {median:.3g}")
+                continue
+            if clip and norm > clip:
+                for (name, k), (v, ref) in self.reply_updates(r).items():
+                    base = 0.0 if ref is None else ref.double()
+                    r.payload[name][k] = (base + clip / norm * (v.double() - base)).to(v.dtype)
+            kept.append(r)
+        return kept
+
+    @staticmethod
+    def check_reply(content: RecordDict, pid: int | None, spec: Spec | None) -> str | None:
+        """Why a reply is invalid (``reason: detail``), or None when it is fine."""
+        if pid is None:
+            return "unknown-node"
+        metrics = content.metric_records.get("metrics")
+        if metrics is None:
+            return "wrong-records: no metrics"
+        for k, v in metrics.items():
+            if not isinstance(v, (int, float)):
+                return f"wrong-shape: metric {k} is not a scalar"
+            if not math.isfinite(v):
+                return f"non-finite: metric {k}"
+        if metrics.get("partition-id") != pid:
+            return "wrong-partition-id"
+        n = metrics.get("num-examples")
+        if n is None or n < 0 or n != int(n):
+            return "bad-num-examples"
+        if spec is None:
+            return None
+        got = {name: {k: (tuple(a.shape), a.dtype) for k, a in rec.items()}
+               for name, rec in content.array_records.items()}
+        if set(got) != set(spec):
+            return f"wrong-records: {sorted(got)} != {sorted(spec)}"
+        for name, keys in spec.items():
+            if list(got[name]) != list(keys):
+                return f"wrong-keys in {name}"
+            for k, (shape, dtype) in keys.items():
+                gshape, gdtype = got[name][k]
+                if gshape != shape:
+                    return f"wrong-shape: {name}/{k} {gshape} != {shape}"
+                if gdtype != str(dtype).removeprefix("torch."):
+                    return f"wrong-dtype: {name}/{k} {gdtype} != {dtype}"
+        for name, rec in content.array_records.items():
+            for k, a in rec.items():
+                arr = array_numpy(a)
+                if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                    return f"non-finite: {name}/{k}"
+        return None
+
+    # ---- the loop --------------------------------------------------------------------
+    def run(self, grid: Grid, evaluate_fn, writer, start_round: int) -> Result:
+        """All rounds from ``start_round``: each one's training, evaluation (every eval-every) and
+        ``evaluate_fn``, its row recorded; Flower's ``Result`` of the rounds run."""
+        strategy, num_rounds = self.strategy, self.cfg.num_server_rounds
+        result = Result()
+        strategy.results_path = writer.path if writer is not None else None
+        if isinstance(grid, flower_grids()[1]):
+            # a simulation's ServerApp shares the cores with the Ray workers: a second torch
+            # thread only spins against them (aggregation took 2/3 of the process's time)
+            torch.set_num_threads(1)
+        strategy.summary()
+        self.discover(grid, wait=self.cfg.node_wait_timeout)
+        if len(strategy.clients) < self.cfg.num_clients:
+            log(WARNING, "only %d of %d clients connected; going on with those", len(strategy.clients),
+                self.cfg.num_clients)
+        if not strategy.train_pool():
+            raise RuntimeError("no training client is connected")
+        t_start = time.time() - (strategy.history[-1]["wall-time"] if strategy.history else 0.0)
+        if start_round == 1:
+            row = {"round": 0, **strategy.evaluate_central(), "wall-time": 0.0}
+            row.update(self.server_evaluate(0, evaluate_fn, result))
+            self.record(row, writer, result)
+        for rnd in range(start_round, num_rounds + 1):
+            t0 = time.time()
+            self.traffic.clear()
+            self.dropped.clear()
+            self.discover(grid)  # nodes that joined since the last round
+            fit = strategy.fit_round(rnd, grid)
+            result.train_metrics_clientapp[rnd] = MetricRecord(scalars(fit))
+            row: dict[str, Any] = {"round": rnd, **fit}
+            row["train-seconds"] = time.time() - t0
+            if rnd == start_round and row.get("replies") == 0 and self.dropped and all(
+                    reason.startswith("client-error") for reason in self.dropped):
+                # every client failing its first round is a set-up error at the sites (a device that
+                # is not there, missing data), not a fault to ride out: the run fails, saying why
+                raise RuntimeError(f"round {rnd}: every client failed, so the run stops: "
+                                   + "; ".join(sorted(self.dropped)))
+            if rnd % self.cfg.eval_every == 0 or rnd == num_rounds:
+                row.update(strategy.evaluate_round(rnd, grid))
+            row.update(self.server_evaluate(rnd, evaluate_fn, result))
+            strategy.totals.update(self.traffic)
+            row.update(self.traffic)
+            row.update({f"total-{k}": v for k, v in strategy.totals.items()})
+            row["dropped-replies"] = sum(self.dropped.values())
+            row["dropped-reasons"] = dict(self.dropped)
+            row["round-seconds"] = time.time() - t0
+            row["wall-time"] = time.time() - t_start
+            self.record(row, writer, result)
+        arrays = strategy.global_arrays()
+        if arrays is not None:
+            result.arrays = arrays
+        return result
+
+    def server_evaluate(self, server_round: int, evaluate_fn, result: Result) -> dict[str, float]:
+        """Flower's ``evaluate_fn(round, arrays)`` on the global model; its metrics go to the
+        result's ServerApp-side metrics and to the round's row as ``server-<name>``."""
+        if evaluate_fn is None:
+            return {}
+        metrics = evaluate_fn(server_round, self.strategy.global_arrays())
+        if metrics is None:
+            return {}
+        result.evaluate_metrics_serverapp.setdefault(server_round, MetricRecord()).update(metrics)
+        return {f"server-{k}": v for k, v in metrics.items()}
+
+    def record(self, row: dict[str, Any], writer, result: Result | None = None) -> None:
+        self.strategy.history.append(row)
+        if result is not None:  # the evaluations of the row in Flower's result
+            for prefix, into in (("fed-", result.evaluate_metrics_clientapp),
+                                 ("central-", result.evaluate_metrics_serverapp)):
+                metrics = scalars({k: v for k, v in row.items() if k.startswith(prefix)})
+                if metrics:
+                    into.setdefault(row["round"], MetricRecord()).update(metrics)
+        parts = [f"round {row['round']}/{self.cfg.num_server_rounds}"]
+        if row["round"] and row.get("wall-time"):  # elapsed, and the rest at the mean pace so far
+            left = row["wall-time"] / row["round"] * (self.cfg.num_server_rounds - row["round"])
+            parts.append(f"elapsed {row['wall-time']:.0f} s, about {left:.0f} s left")
+        for key in ("train-loss", "central-accuracy", "fed-accuracy", "fed-unseen-accuracy", "train-bytes-down",
+                    "train-bytes-up", "round-seconds"):
+            if key in row:
+                v = row[key]
+                parts.append(f"{key} {v:.4f}" if isinstance(v, float) else f"{key} {v}")
+        if row.get("dropped-replies"):
+            parts.append(f"dropped {row['dropped-reasons']}")
+        log(INFO, " | ".join(parts))
+        if writer is not None:
+            writer.add(row, self.strategy)
