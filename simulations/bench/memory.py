@@ -34,9 +34,9 @@ sys.path.insert(0, {root!r})
 from fedapp.inprocess import run_local
 if {census!r}:
     import gc, torch
-    import strategies.base
+    import strategies.driver
     from clients.base import FedClient
-    record = strategies.base.FedStrategy._record
+    record = strategies.driver.Driver.record
 
     def counted(self, row, writer, result=None):
         objs = gc.get_objects()  # no gc.collect(): what the run itself left alive
@@ -46,7 +46,7 @@ if {census!r}:
             f.write(json.dumps({{"clients_alive": sum(isinstance(o, FedClient) for o in objs),
                                 "tensor_mib": sum(storages.values()) / 2**20}}) + "\\n")
         record(self, row, writer, result)
-    strategies.base.FedStrategy._record = counted
+    strategies.driver.Driver.record = counted
 run_local(json.loads(sys.argv[1]))
 hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
 print("VMHWM_KIB", hwm, flush=True)
