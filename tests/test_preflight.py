@@ -1,6 +1,7 @@
 """Config errors that need the data, the model or the machine: named by key, before any run."""
 
 import hashlib
+import sqlite3
 import subprocess
 import sys
 import time
@@ -110,6 +111,17 @@ def floor() -> float:
     return time.time() - t0
 
 
+def _command_lines() -> list[str]:
+    """The command line of every process now running."""
+    lines = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            lines.append(cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:  # the process ended meanwhile
+            pass
+    return lines
+
+
 def test_launcher_names_a_config_error_in_one_line_within_seconds(tmp_path, floor):
     t0 = time.time()
     out = subprocess.run([sys.executable, "-m", "fedapp.launch", "--flwr-home", str(tmp_path / "h"), "--run-config",
@@ -119,7 +131,12 @@ def test_launcher_names_a_config_error_in_one_line_within_seconds(tmp_path, floo
     assert out.returncode == 2
     assert out.stderr.splitlines() == ["error: run config 'partition-classes' = 11 exceeds the 10 classes of "
                                        "dataset 'synthetic'"]
-    assert not (tmp_path / "h").exists()  # nothing was submitted
+    # nothing was submitted: the local SuperLink the launcher starts beside its check holds no run, and is gone
+    state = tmp_path / "h" / "local-superlink" / "state.db"
+    if state.exists():
+        with sqlite3.connect(state) as db:
+            assert db.execute("SELECT COUNT(*) FROM run").fetchone() == (0,)
+    assert not [c for c in _command_lines() if str(tmp_path / "h") in c]
     assert elapsed < max(10, 2 * floor)
 
 
