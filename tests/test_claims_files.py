@@ -63,3 +63,31 @@ def test_fedals_authors_reference_is_their_last5_at_2000_iterations(tmp_path):
     (tmp_path / claims.AUTHORS_LONG["fedals"]).write_text(json.dumps(summary([0.1] * 16 + [0.3] * 5)))
     ref = claims.authors_reference(tmp_path)
     assert (ref["fedavg"], ref["fedals"]) == (0.4, 0.3)
+
+
+def test_fedals_sweep_runs_condense_to_methods_and_build_the_iid_and_scaffold_claims(tmp_path):
+    claims = fedals_claims()
+
+    def write(name, accs, rounds=400):  # evaluations every 20 rounds; the last 5 make acc-last5
+        evals = [{"round": r, "central-accuracy": a, "wall-time": 1.0, "total-train-params-down": 5,
+                  "total-train-params-up": 5} for r, a in zip(range(0, rounds + 1, 20), accs)]
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "rounds.json").write_text(json.dumps({"config": {"lr": 0.02}, "rounds": evals}))
+
+    write("fedavg-partition=iid-s0", [0.1] * 16 + [0.80] * 5)
+    write("fedals-partition=iid-s0", [0.1] * 16 + [0.795] * 5)
+    write("fedals-scaffold-fedals.scaffold-variant=algorithm4-s0", [0.1] * 16 + [0.25] * 5)
+    write("fedals-scaffold-fedals.scaffold-variant=authors-s0", [0.1] * 16 + [0.35] * 5)
+    write("fedavg-seed=0", [0.1] * 16 + [0.30] * 5)
+    write("fedals-seed=0", [0.1] * 16 + [0.20] * 5)
+    runs = claims.condense([tmp_path])
+    assert {r["method"] for r in runs.values()} == {
+        "fedavg-iid", "fedals-iid", "fedals-scaffold-algorithm4", "fedals-scaffold-authors", "fedavg", "fedals"}
+    iid = claims.iid_claim(runs)
+    assert iid["ours"]["fedavg"] == 0.8 and iid["ours"]["fedals"] == 0.795 and iid["holds"] is True  # within 1 point
+    scaffold = claims.scaffold_claim(runs)
+    assert {k: scaffold["ours"][k] for k in ("algorithm4", "authors", "fedals", "fedavg")} == {
+        "algorithm4": 0.25, "authors": 0.35, "fedals": 0.2, "fedavg": 0.3}
+    assert scaffold["holds"] is False  # judged on Algorithm 4 only
+    write("fedals-partition=iid-s1", [0.1] * 5, rounds=80)  # another seed, unfinished: ignored
+    assert claims.iid_claim(claims.condense([tmp_path]))["ours"]["fedals"] == 0.795
