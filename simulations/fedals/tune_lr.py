@@ -12,7 +12,8 @@ an edge of the probed grid the grid is extended by one factor of two in that dir
 seeded permutation); its score is the mean accuracy of the averaged model over its evaluations
 after round 0. A method is a run-config file layered on the setting file, as in ``simulations/run.py``.
 Results, one row per probe as it ends, go to results/fedals/<stem>/lr-tuning.json together with each
-method's winner (read by ``python -m simulations.run ... --lr-from``).
+method's winner (read by ``python -m simulations.run ... --lr-from``). A probe already in that file with
+the same probe settings is not run again (so ``--max-extend`` can be raised on a finished search).
 """
 
 from __future__ import annotations
@@ -64,11 +65,15 @@ def main() -> None:
                                                  "test-subset": args.test_subset, "seed": base.get("seed", 0)},
            "probes": [], "winner": {}}
     path = out / "lr-tuning.json"
+    if path.exists() and json.loads(path.read_text())["probe"] == doc["probe"]:
+        doc = json.loads(path.read_text())
     for method_file in args.methods:
         method, layer = method_file.stem, read(method_file)
-        scores: dict[float, float] = {}
+        scores = {p["lr"]: p["score"] for p in doc["probes"] if p["method"] == method}
 
         def probe(lr: float) -> None:
+            if lr in scores:
+                return
             name = f"probe-{method}-lr{lr:g}"
             t0 = time.time()
             strategy = run_local({**base, **layer, "lr": lr, "results-dir": str(out / "probes"),

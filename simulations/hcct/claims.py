@@ -3,9 +3,10 @@
     python simulations/hcct/claims.py collect /work/runs/hcct   # runs' summary.json -> summaries/
     python simulations/hcct/claims.py                           # docs/results/hcct.claims.json + tables
 
-``collect`` copies <runs>/{table2,fmnist,fmnist-softmax}/summary.json (with the parallel sweeps
+``collect`` copies <runs>/{table2,fmnist,fmnist-softmax,cifar10,arrivals}/summary.json (with the parallel sweeps
 <runs>/<name>-chain*/summary.json merged in) into simulations/hcct/summaries/ and adds to
-every HCCT row its groups in each epoch (from the run's rounds.json). Errors are local test errors
+every HCCT row its groups in each epoch (from the run's rounds.json; for the arrival runs also the mean
+local test error over the clients present after each epoch). Errors are local test errors
 in %, as simulations/hcct/report.py summarises a run; the claims file holds them as fractions.
 """
 
@@ -70,7 +71,7 @@ def show(groups) -> str:
 
 
 def collect(runs: Path) -> None:
-    for name in ("table2", "fmnist", "fmnist-softmax", "cifar10"):
+    for name in ("table2", "fmnist", "fmnist-softmax", "cifar10", "arrivals"):
         # <name>-chain*: parallel sweeps (one summary.json each) merged in, keyed by (method, seed)
         srcs = [d / "summary.json" for d in [runs / name, *sorted(runs.glob(f"{name}-chain*"))]]
         found = {(r["method"], r["seed"]): (r, f.parent) for f in srcs if f.exists() for r in json.loads(f.read_text())}
@@ -80,7 +81,11 @@ def collect(runs: Path) -> None:
         for r, folder in found.values():
             rounds = folder / f"{r['method']}-s{r['seed']}" / "rounds.json"
             if r["groups"] is not None and rounds.exists():
-                r["groups-per-epoch"] = [x["groups"] for x in json.loads(rounds.read_text())["rounds"] if "groups" in x]
+                history = json.loads(rounds.read_text())["rounds"]
+                r["groups-per-epoch"] = [x["groups"] for x in history if "groups" in x]
+                if name == "arrivals":
+                    r["error-per-epoch"] = [[x["round"], round(100 * (1 - np.mean(list(x["fed-client-accuracy"].values()))), 4)]
+                                            for x in history if "fed-client-accuracy" in x]
         # one run per line: the per-epoch groups and client errors would take thousands of lines indented
         (SUMMARIES / f"{name}.json").write_text("[\n" + ",\n".join(json.dumps(r) for r in out) + "\n]\n")
         print(f"{runs / name}[-chain*] -> {SUMMARIES / name}.json ({len(out)} runs)")
@@ -214,6 +219,52 @@ def softmax_note(rs: list[dict]) -> str:
             f"Global {m['global']:.2f}%, gap {m['hcct'] - m['global']:.2f} points (not part of this claim's reading)")
 
 
+def arrivals(rs: list[dict]) -> tuple[dict | None, str]:
+    """Fig. 3: the mean local test error over the clients present, every 10 epochs, per N_new; and the group
+    each newcomer is in during the epoch after its arrival (with the default hcct.newcomer = "next-round" it
+    trains alone from the initial model in its arrival epoch and is placed by the utility the epoch after).
+    Reading fixed before the runs: holds when the error after the last epoch falls as N_new grows (0 > 1 > 2),
+    the paper's "progressive reduction in the final training error"."""
+    by = {int(r["method"].removeprefix("hcct-new")): r for r in rs if r["seed"] == 0}
+    if not by:
+        return None, "(not run)"
+    lines = ["| N_new | clients at the end | " + " | ".join(f"epoch {e}" for e in range(10, 51, 10))
+             + " | best epoch per client | s/epoch |", "|---|---|" + "---|" * 7]
+    joins = []
+    for n, r in sorted(by.items()):
+        err = dict((int(e), v) for e, v in r["error-per-epoch"])
+        lines.append(f"| {n} | {len(r['client-error'])} | " + " | ".join(f"{err[e]:.2f}" if e in err else "-"
+                                                                         for e in range(10, 51, 10))
+                     + f" | {r['error-best']:.2f} | {r['seconds-per-epoch']:.1f} |")
+        epochs = r["groups-per-epoch"]
+        seen = set()
+        for e, groups in enumerate(epochs, start=1):
+            for pid in sorted(p for g in groups for p in g if p not in seen):
+                if e > 1:
+                    placed = next((show([g]) for g in (epochs[e] if e < len(epochs) else []) if pid in g), "-")
+                    joins.append(f"N_new = {n}: client {pid + 1} arrives in epoch {e}, in epoch {e + 1} in {placed}")
+                seen.add(pid)
+    final = {n: r["error"] for n, r in by.items()}
+    claim = {
+        "id": "arrivals-lower-final-error",
+        "claim": "New clients arriving (Section 7.3, Fig. 3, CIFAR-10: 10 clients, then N_new more every 10 "
+                 "epochs): the final local test error falls as N_new grows (0, 1, 2); holds when ours after "
+                 "epoch 50 is lower for each larger N_new.",
+        "paper": {"figure": "Fig. 3 (curves only, no numbers printed)",
+                  "reading": "final error lower with more arriving clients"},
+        "ours": {str(n): frac(v) for n, v in sorted(final.items())},
+        "reference_code": None,
+        "seeds": [0],
+        "holds": len(final) == 3 and final[0] > final[1] > final[2],
+        "setting": "simulations/hcct/arrivals",
+        "command": "/work/bin/heavy python -m simulations.run simulations/hcct/arrivals/hcct-new0.toml (new1, new2) "
+                   "--seeds 0 --out /work/runs/hcct/arrivals; python simulations/hcct/claims.py collect /work/runs/hcct",
+        "note": "one seed; " + ("" if len(final) == 3 else f"N_new run: {sorted(final)} only; ")
+                + "errors are means over the clients present after each epoch",
+    }
+    return claim, "\n".join(lines) + "\n\n" + "\n".join(f"- {j}" for j in joins)
+
+
 def golden_claim() -> dict:
     """Our strategy and client on the golden setting against the authors' stored groups and models."""
     sys.path.insert(0, str(ROOT / "tests"))
@@ -298,7 +349,8 @@ def main() -> None:
             setting="simulations/hcct/cifar10-5epochs",
             command="/work/bin/heavy python -m simulations.run simulations/hcct/cifar10-5epochs/hcct.toml "
                     "simulations/hcct/cifar10-5epochs/independent.toml --seeds 0")
-    claims = [{k: c[k] for k in ORDER if k in c} for c in (t2, fmnist, cifar, golden_claim())]
+    arrived, arrived_md = arrivals(rows("arrivals"))
+    claims = [{k: c[k] for k in ORDER if k in c} for c in (t2, fmnist, cifar, golden_claim(), arrived) if c]
     (ROOT / "docs" / "results" / "hcct.claims.json").write_text(json.dumps(claims, indent=1, ensure_ascii=False) + "\n")
     print("## Table II\n\n" + (t2_md or "(no complete seed)")
           + "\n\n## Table II, table2-train20/\n\n" + (old_md or "(no complete seed)")
@@ -306,7 +358,8 @@ def main() -> None:
           + "\n\n## FMNIST, the authors' softmax-output MLP (fmnist-softmax/)\n\n"
           + table4(rows("fmnist-softmax"), ("hcct", "global"))
           + "\n\n## CIFAR-10, Table IV (50 epochs, evaluated every 10)\n\n"
-          + table4(c50, column=2, best_of="best of epochs 10-50 per client"))
+          + table4(c50, column=2, best_of="best of epochs 10-50 per client")
+          + "\n\n## New clients arriving (Fig. 3)\n\n" + arrived_md)
     for c in claims:
         print(f"{c['id']}: holds={c['holds']} seeds={c['seeds']} ours={json.dumps(c['ours'])}")
 
