@@ -1,6 +1,6 @@
-"""The reading of the Table II claim in simulations/hcct/claims.py, on hand-made summary rows."""
+"""The readings of the Table II and arrival (Fig. 3) claims in simulations/hcct/claims.py, on hand-made summary rows."""
 
-from simulations.hcct.claims import TABLE2, table2_claim
+from simulations.hcct.claims import TABLE2, arrivals, table2_claim
 
 ERRORS = {"independent": [40.0, 25.0, 16.0], "global": [50.0, 49.0, 31.0], "pattern-12": [24.0, 25.0, 16.0],
           "pattern-13": [90.0, 26.0, 16.0], "pattern-23": [39.0, 57.0, 27.0]}
@@ -32,3 +32,31 @@ def test_only_seeds_with_all_six_runs_count():
     claim, _ = table2_claim(rs)
     assert claim["seeds"] == [0]
     assert table2_claim([r for r in rs if r["seed"] == 1])[0]["seeds"] == []
+
+
+def arrival_row(n, final, epochs=50):
+    """N_new = n: 10 clients, n more every 10 epochs; newcomer 10 + k joins client 0's group the epoch after."""
+    groups, present = [], list(range(10))
+    for e in range(1, epochs + 1):
+        if e > 1 and (e - 1) % 10 == 0:
+            present += list(range(len(present), len(present) + n))
+        joined = [p for p in present[10:] if p not in range(len(present) - n, len(present)) or (e - 1) % 10]
+        groups.append([[0, *joined], *[[p] for p in present[1:] if p not in joined]])
+    errors = {str(p): final[p] for p in present}
+    return {"method": f"hcct-new{n}", "seed": 0, "client-error": errors, "error": sum(errors.values()) / len(errors),
+            "error-best": 0.0, "seconds-per-epoch": 1.0, "groups-per-epoch": groups,
+            "error-per-epoch": [[e, 30.0 - n - e / 10] for e in range(1, epochs + 1)]}
+
+
+def test_arrivals_report_where_each_newcomer_goes_and_judge_the_final_error():
+    first = [30.0] * 10
+    claim, table = arrivals([arrival_row(0, first), arrival_row(1, first + [20.0] * 4),
+                             arrival_row(2, first + [10.0] * 8)])
+    assert claim["holds"] and claim["ours"]["0"] == 0.3 and claim["ours"]["1"] == 0.2714
+    assert claim["ours"]["first-10-clients"] == {"0": 0.3, "1": 0.3, "2": 0.3}
+    assert "client 11 arrives in epoch 11, in epoch 12 in {1,11}" in table
+    assert "N_new = 2: client 18 arrives in epoch 41, in epoch 42 in {1,11,12,13,14,15,16,17,18}" in table
+    assert "| 1 | 14 | 28.00 |" in table  # epoch 10's mean error of the N_new = 1 run
+    worse, _ = arrivals([arrival_row(0, first), arrival_row(1, first + [40.0] * 4), arrival_row(2, first + [10.0] * 8)])
+    assert not worse["holds"]
+    assert not arrivals([arrival_row(0, first), arrival_row(2, first + [10.0] * 8)])[0]["holds"]  # N_new = 1 missing
