@@ -107,9 +107,14 @@ def long_claim(runs: dict, tuning: dict, reference: dict | None = None) -> dict 
     }
 
 
+def finished(runs: dict) -> dict:
+    """(method, seed) -> mean of the last 5 evaluations, for the runs that completed LONG_ROUNDS."""
+    return {(r["method"], r["seed"]): r["acc-last5"] for r in runs.values() if r["rounds"] == LONG_ROUNDS}
+
+
 def long_sweep_claim(runs: dict) -> dict | None:
     """Table 2's alpha sweep from the 2000-iteration runs of seed 0 (alpha 1 is FedAvg, alpha 10 FedALS's run)."""
-    done = {(r["method"], r["seed"]): r["acc-last5"] for r in runs.values() if r["rounds"] == LONG_ROUNDS}
+    done = finished(runs)
     methods = {"1": "fedavg", "5": "fedals-alpha5", "10": "fedals", "25": "fedals-alpha25"}
     acc = {a: round(done[m, 0], 4) for a, m in methods.items() if (m, 0) in done}
     if not {"5", "25"} & set(acc):
@@ -140,7 +145,7 @@ def long_sweep_claim(runs: dict) -> dict | None:
 
 def iid_claim(runs: dict) -> dict | None:
     """The iid control: FedAvg and FedALS (alpha = 10) on a shuffled split, seed 0."""
-    done = {r["method"]: r["acc-last5"] for r in runs.values() if r["rounds"] == LONG_ROUNDS and r["seed"] == 0}
+    done = {m: acc for (m, seed), acc in finished(runs).items() if seed == 0}
     if not {"fedavg-iid", "fedals-iid"} <= set(done):
         return None
     acc = {"fedavg": round(done["fedavg-iid"], 4), "fedals": round(done["fedals-iid"], 4)}
@@ -166,7 +171,7 @@ def iid_claim(runs: dict) -> dict | None:
 
 def scaffold_claim(runs: dict) -> dict | None:
     """FedALS + SCAFFOLD (alpha = 10), both variants, against FedAvg and FedALS of the same seed (0)."""
-    done = {r["method"]: r["acc-last5"] for r in runs.values() if r["rounds"] == LONG_ROUNDS and r["seed"] == 0}
+    done = {m: acc for (m, seed), acc in finished(runs).items() if seed == 0}
     variants = {v: done[f"fedals-scaffold-{v}"] for v in ("algorithm4", "authors") if f"fedals-scaffold-{v}" in done}
     if "algorithm4" not in variants or not {"fedavg", "fedals"} <= set(done):
         return None

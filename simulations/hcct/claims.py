@@ -230,12 +230,13 @@ def arrivals(rs: list[dict]) -> tuple[dict | None, str]:
         return None, "(not run)"
     lines = ["| N_new | clients at the end | " + " | ".join(f"epoch {e}" for e in range(10, 51, 10))
              + " | epoch 50, the first 10 clients | best epoch per client | s/epoch |", "|---|---|" + "---|" * 8]
+    first10 = {n: float(np.mean([r["client-error"][str(p)] for p in range(10)])) for n, r in by.items()}
     joins = []
     for n, r in sorted(by.items()):
         err = dict((int(e), v) for e, v in r["error-per-epoch"])
         lines.append(f"| {n} | {len(r['client-error'])} | " + " | ".join(f"{err[e]:.2f}" if e in err else "-"
                                                                          for e in range(10, 51, 10))
-                     + f" | {np.mean([r['client-error'][str(p)] for p in range(10)]):.2f}"
+                     + f" | {first10[n]:.2f}"
                      + f" | {r['error-best']:.2f} | {r['seconds-per-epoch']:.1f} |")
         epochs = r["groups-per-epoch"]
         seen = set()
@@ -246,7 +247,6 @@ def arrivals(rs: list[dict]) -> tuple[dict | None, str]:
                     joins.append(f"N_new = {n}: client {pid + 1} arrives in epoch {e}, in epoch {e + 1} in {placed}")
                 seen.add(pid)
     final = {n: r["error"] for n, r in by.items()}
-    first10 = {n: float(np.mean([r["client-error"][str(p)] for p in range(10)])) for n, r in by.items()}
     claim = {
         "id": "arrivals-lower-final-error",
         "claim": "New clients arriving (Section 7.3, Fig. 3, CIFAR-10: 10 clients, then N_new more every 10 "
