@@ -11,9 +11,11 @@ an edge of the probed grid the grid is extended by one factor of two in that dir
 ``--eval-every`` rounds on a fixed ``--test-subset`` images of the test set (the first ones of a
 seeded permutation); its score is the mean accuracy of the averaged model over its evaluations
 after round 0. A method is a run-config file layered on the setting file, as in ``simulations/run.py``.
-Results, one row per probe as it ends, go to results/fedals/<stem>/lr-tuning.json together with each
-method's winner (read by ``python -m simulations.run ... --lr-from``). A probe already in that file with
-the same probe settings is not run again (so ``--max-extend`` can be raised on a finished search).
+Results, one row per probe as it ends, go to results/fedals/<stem>/<name>.json (``--name``, default
+lr-tuning) together with each method's winner (read by ``python -m simulations.run ... --lr-from``). A probe
+already in that file with the same probe settings is not run again (so ``--max-extend`` can be raised on a
+finished search, or methods added to it); another setting (``--set partition="iid"``) or probe length
+needs its own ``--name``, since a file with other probe settings is started afresh.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ def main() -> None:
     ap.add_argument("--test-subset", type=int, default=2000)
     ap.add_argument("--max-extend", type=int, default=1)
     ap.add_argument("--set", nargs="*", default=[], help="KEY=VALUE overrides (TOML values)")
+    ap.add_argument("--name", default="lr-tuning", help="results file stem under results/fedals/<setting stem>/")
     args = ap.parse_args()
     torch.set_num_threads(1)
     strategies.base.evaluate = subset_evaluate(args.test_subset)
@@ -64,7 +67,9 @@ def main() -> None:
     doc = {"config": str(args.config), "probe": {"rounds": args.rounds, "eval-every": args.eval_every,
                                                  "test-subset": args.test_subset, "seed": base.get("seed", 0)},
            "probes": [], "winner": {}}
-    path = out / "lr-tuning.json"
+    if args.set:
+        doc["probe"]["set"] = args.set
+    path = out / f"{args.name}.json"
     if path.exists() and json.loads(path.read_text())["probe"] == doc["probe"]:
         doc = json.loads(path.read_text())
     for method_file in args.methods:
