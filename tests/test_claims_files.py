@@ -68,11 +68,11 @@ def test_fedals_authors_reference_is_their_last5_at_2000_iterations(tmp_path):
 def test_fedals_sweep_runs_condense_to_methods_and_build_the_iid_and_scaffold_claims(tmp_path):
     claims = fedals_claims()
 
-    def write(name, accs, rounds=400):  # evaluations every 20 rounds; the last 5 make acc-last5
+    def write(name, accs, rounds=400, lr=0.02, folder=tmp_path):  # evaluations every 20 rounds; the last 5 make acc-last5
         evals = [{"round": r, "central-accuracy": a, "wall-time": 1.0, "total-train-params-down": 5,
                   "total-train-params-up": 5} for r, a in zip(range(0, rounds + 1, 20), accs)]
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "rounds.json").write_text(json.dumps({"config": {"lr": 0.02}, "rounds": evals}))
+        (folder / name).mkdir(parents=True)
+        (folder / name / "rounds.json").write_text(json.dumps({"config": {"lr": lr}, "rounds": evals}))
 
     write("fedavg-partition=iid-s0", [0.1] * 16 + [0.80] * 5)
     write("fedals-partition=iid-s0", [0.1] * 16 + [0.795] * 5)
@@ -80,14 +80,29 @@ def test_fedals_sweep_runs_condense_to_methods_and_build_the_iid_and_scaffold_cl
     write("fedals-scaffold-fedals.scaffold-variant=authors-s0", [0.1] * 16 + [0.35] * 5)
     write("fedavg-seed=0", [0.1] * 16 + [0.30] * 5)
     write("fedals-seed=0", [0.1] * 16 + [0.20] * 5)
-    runs = claims.condense([tmp_path])
+    # the same run names again in another folder, at other lrs (reruns at the methods' tuned lrs)
+    write("fedavg-partition=iid-s0", [0.1] * 16 + [0.85] * 5, lr=0.04, folder=tmp_path / "tuned")
+    write("fedals-scaffold-fedals.scaffold-variant=algorithm4-s0", [0.1] * 16 + [0.32] * 5, lr=0.04,
+          folder=tmp_path / "tuned")
+    runs = claims.condense([tmp_path, tmp_path / "tuned"])
+    assert len(runs) == 8  # a rerun at another lr does not replace the first run
     assert {r["method"] for r in runs.values()} == {
         "fedavg-iid", "fedals-iid", "fedals-scaffold-algorithm4", "fedals-scaffold-authors", "fedavg", "fedals"}
-    iid = claims.iid_claim(runs)
+    iid = claims.iid_claim(runs, {"fedavg-iid": 0.02, "fedals-iid": 0.02})
     assert iid["ours"]["fedavg"] == 0.8 and iid["ours"]["fedals"] == 0.795 and iid["holds"] is True  # within 1 point
-    scaffold = claims.scaffold_claim(runs)
+    assert iid["ours"]["at-other-lr"] == {"fedavg-iid@lr0.04": 0.85}
+    iid = claims.iid_claim(runs, {"fedavg-iid": 0.04, "fedals-iid": 0.02})  # FedAvg at its tuned 0.04
+    assert iid["ours"]["fedavg"] == 0.85 and iid["holds"] is False
+    assert iid["ours"]["lr"] == {"fedavg": 0.04, "fedals": 0.02}
+    assert iid["ours"]["at-other-lr"] == {"fedavg-iid@lr0.02": 0.8}
+    assert claims.iid_claim(runs, {"fedavg-iid": 0.04, "fedals-iid": 0.01}) is None  # FedALS not run at its lr
+    lrs = {"fedavg": 0.02, "fedals": 0.02, "fedals-scaffold-algorithm4": 0.04, "fedals-scaffold-authors": 0.02}
+    scaffold = claims.scaffold_claim(runs, lrs)
     assert {k: scaffold["ours"][k] for k in ("algorithm4", "authors", "fedals", "fedavg")} == {
-        "algorithm4": 0.25, "authors": 0.35, "fedals": 0.2, "fedavg": 0.3}
-    assert scaffold["holds"] is False  # judged on Algorithm 4 only
+        "algorithm4": 0.32, "authors": 0.35, "fedals": 0.2, "fedavg": 0.3}
+    assert scaffold["ours"]["lr"]["algorithm4"] == 0.04
+    assert scaffold["ours"]["at-other-lr"] == {"fedals-scaffold-algorithm4@lr0.02": 0.25}
+    assert scaffold["holds"] is True  # judged on Algorithm 4 only: 0.32 > 0.30
+    assert claims.scaffold_claim(runs, {**lrs, "fedals-scaffold-algorithm4": 0.02})["holds"] is False
     write("fedals-partition=iid-s1", [0.1] * 5, rounds=80)  # another seed, unfinished: ignored
-    assert claims.iid_claim(claims.condense([tmp_path]))["ours"]["fedals"] == 0.795
+    assert claims.iid_claim(claims.condense([tmp_path]), {"fedavg-iid": 0.02, "fedals-iid": 0.02})["ours"]["fedals"] == 0.795
