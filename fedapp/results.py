@@ -207,7 +207,8 @@ def plot_series(series: list[tuple[str, list[dict[str, Any]], str]], path: Path,
     for ax in axes:
         ax.set_ylabel("accuracy")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=legend_size)
+        if ax.get_legend_handles_labels()[0]:  # before the first evaluation there is no line to name
+            ax.legend(fontsize=legend_size)
     fig.suptitle(title)
     fig.tight_layout()
     buf = io.BytesIO()
