@@ -60,3 +60,23 @@ def test_arrivals_report_where_each_newcomer_goes_and_judge_the_final_error():
     worse, _ = arrivals([arrival_row(0, first), arrival_row(1, first + [40.0] * 4), arrival_row(2, first + [10.0] * 8)])
     assert not worse["holds"]
     assert not arrivals([arrival_row(0, first), arrival_row(2, first + [10.0] * 8)])[0]["holds"]  # N_new = 1 missing
+
+
+def test_authors_log_summary_reads_plain_and_timestamped_logs(tmp_path):
+    from simulations.hcct.authors_log import summarise
+
+    epochs = [({0: 60.0, 1: 70.0}, {0: 60.0, 1: 70.0}), ({0: 80.0, 1: 65.0}, {0: 80.0, 1: 70.0})]
+    lines = []
+    for now, best in epochs:
+        lines += ["Model performance: mean ...", repr(now), "Best performance: mean ...", repr(best),
+                  "Cluster Result: 2 groups are {0: [1], 1: [0]}", "Client 0 local loss: 1.0 local acc: 50.0"]
+    plain, stamped = tmp_path / "plain.log", tmp_path / "stamped.log"
+    plain.write_text("\n".join(lines) + "\n")
+    # tslog.py's prefix: seconds since start, a tab; epochs 12.5 s apart
+    stamped.write_text("".join(f"{3.0 + 12.5 * (i // 6):.3f}\t{line}\n" for i, line in enumerate(lines)))
+    a, b = summarise(str(plain)), summarise(str(stamped))
+    assert "seconds-per-epoch" not in a and b.pop("seconds-per-epoch") == 12.5
+    assert a == b
+    assert a["epochs"] == 2 and a["client-error"] == {0: 20.0, 1: 35.0}
+    assert a["error"] == 27.5 and a["error-best"] == 25.0  # best accuracies 80 and 70
+    assert a["curve"] == [35.0, 27.5] and a["groups"] == [[0], [1]]

@@ -4,20 +4,25 @@
 
 Their log prints after every epoch "Model performance: mean ..." and the dict of each client's
 local test accuracy (%), then "Best performance" and the dict of each client's best so far;
-"Cluster Result" lines carry HCCT's groups. Errors here are 100 - accuracy, in %.
+"Cluster Result" lines carry HCCT's groups. Errors here are 100 - accuracy, in %. A log written
+through the anchors' ``tslog.py`` (each line prefixed by the seconds since start and a tab) also gives
+the seconds per epoch: the median interval between successive "Model performance" lines.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 import sys
 
 import numpy as np
 
 
 def summarise(path: str) -> dict:
-    lines = open(path).read().splitlines()
+    stamped = [line.split("\t", 1) if re.match(r"\d+\.\d+\t", line) else [None, line]
+               for line in open(path).read().splitlines()]
+    lines = [line for _, line in stamped]
     now = [ast.literal_eval(lines[i + 1]) for i, l in enumerate(lines) if l.startswith("Model performance")]
     best = [ast.literal_eval(lines[i + 1]) for i, l in enumerate(lines) if l.startswith("Best performance")]
     groups = [l for l in lines if l.startswith("Cluster Result")]
@@ -27,6 +32,9 @@ def summarise(path: str) -> dict:
            "error-std": float(np.std(list(final.values()))), "error-min": min(final.values()),
            "error-max": max(final.values()), "client-error": final,
            "curve": [round(float(np.mean([100 - a for a in e.values()])), 4) for e in now]}
+    stamps = [float(t) for t, line in stamped if t is not None and line.startswith("Model performance")]
+    if len(stamps) > 1:
+        out["seconds-per-epoch"] = round(float(np.median(np.diff(stamps))), 2)
     if groups:
         out["groups"] = sorted(sorted(g) for g in ast.literal_eval(groups[-1].split("groups are ", 1)[1]).values())
     return out
