@@ -1,6 +1,6 @@
 """The readings of the Table II and arrival (Fig. 3) claims in simulations/hcct/claims.py, on hand-made summary rows."""
 
-from simulations.hcct.claims import TABLE2, arrivals, table2_claim
+from simulations.hcct.claims import TABLE2, arrivals, authors_cifar10, table2_claim
 
 ERRORS = {"independent": [40.0, 25.0, 16.0], "global": [50.0, 49.0, 31.0], "pattern-12": [24.0, 25.0, 16.0],
           "pattern-13": [90.0, 26.0, 16.0], "pattern-23": [39.0, 57.0, 27.0]}
@@ -80,3 +80,13 @@ def test_authors_log_summary_reads_plain_and_timestamped_logs(tmp_path):
     assert a["epochs"] == 2 and a["client-error"] == {0: 20.0, 1: 35.0}
     assert a["error"] == 27.5 and a["error-best"] == 25.0  # best accuracies 80 and 70
     assert a["curve"] == [35.0, 27.5] and a["groups"] == [[0], [1]]
+
+
+def test_authors_cifar10_reference_keeps_the_runs_that_reached_epoch_50():
+    row = lambda method, epochs, error: {"method": method, "code": "authors", "seed": 0, "epochs": epochs,  # noqa: E731
+                                         "error": error, "error-best": error - 2.0, "seconds-per-epoch": 30.0}
+    assert authors_cifar10([]) is None
+    assert authors_cifar10([row("hcct", 37, 40.0)]) is None  # cut off before epoch 50
+    ref = authors_cifar10([row("hcct", 50, 36.5), row("local", 50, 36.5), row("global", 12, 60.0)])
+    assert ref["seeds"] == [0] and "global" not in ref
+    assert (ref["hcct"], ref["independent"], ref["hcct-best-epoch"]) == (0.365, 0.365, 0.345)

@@ -1,6 +1,7 @@
 """Summarise logs of the HCCT authors' main_cluster.py into the summary rows of simulations/hcct/report.py.
 
     python simulations/hcct/authors_log.py hcct:/work/runs/hcct/authors-fmnist-hcct-s0.log ... > out.json
+    python simulations/hcct/authors_log.py --seed 0 hcct:/work/runs/hcct/authors-hcct-cifar10-s0.log > out.json
 
 Their log prints after every epoch "Model performance: mean ..." and the dict of each client's
 local test accuracy (%), then "Best performance" and the dict of each client's best so far;
@@ -41,10 +42,14 @@ def summarise(path: str) -> dict:
 
 
 def main() -> None:
+    args = sys.argv[1:]
+    seed = {}
+    if args[:1] == ["--seed"]:  # the --seed the runs were given, recorded in every row
+        seed, args = {"seed": int(args[1])}, args[2:]
     rows = []
-    for arg in sys.argv[1:]:
+    for arg in args:
         method, path = arg.split(":", 1)
-        rows.append({"method": method, "code": "authors", **summarise(path)})
+        rows.append({"method": method, "code": "authors", **seed, **summarise(path)})
     print(json.dumps(rows, indent=1))
 
 
