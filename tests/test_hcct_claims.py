@@ -72,10 +72,12 @@ def test_authors_log_summary_reads_plain_and_timestamped_logs(tmp_path):
                   "Cluster Result: 2 groups are {0: [1], 1: [0]}", "Client 0 local loss: 1.0 local acc: 50.0"]
     plain, stamped = tmp_path / "plain.log", tmp_path / "stamped.log"
     plain.write_text("\n".join(lines) + "\n")
-    # tslog.py's prefix: seconds since start, a tab; epochs 12.5 s apart
-    stamped.write_text("".join(f"{3.0 + 12.5 * (i // 6):.3f}\t{line}\n" for i, line in enumerate(lines)))
+    # tslog.py's prefix: seconds since start, a tab; epochs 12.5 s apart, the client's line 10 s into each
+    stamped.write_text("".join(f"{3.0 + 12.5 * (i // 6) + 10.0 * (i % 6 == 5):.3f}\t{line}\n"
+                               for i, line in enumerate(lines)))
     a, b = summarise(str(plain)), summarise(str(stamped))
     assert "seconds-per-epoch" not in a and b.pop("seconds-per-epoch") == 12.5
+    assert (b.pop("train-seconds-per-epoch"), b.pop("eval-seconds-per-epoch")) == (10.0, 2.5)
     assert a == b
     assert a["epochs"] == 2 and a["client-error"] == {0: 20.0, 1: 35.0}
     assert a["error"] == 27.5 and a["error-best"] == 25.0  # best accuracies 80 and 70

@@ -7,7 +7,8 @@ Their log prints after every epoch "Model performance: mean ..." and the dict of
 local test accuracy (%), then "Best performance" and the dict of each client's best so far;
 "Cluster Result" lines carry HCCT's groups. Errors here are 100 - accuracy, in %. A log written
 through the anchors' ``tslog.py`` (each line prefixed by the seconds since start and a tab) also gives
-the seconds per epoch: the median interval between successive "Model performance" lines.
+the seconds per epoch: the median interval between successive "Model performance" lines, split into
+training (up to the epoch's last "Client i local loss" line) and the local evaluation after it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ def summarise(path: str) -> dict:
     stamps = [float(t) for t, line in stamped if t is not None and line.startswith("Model performance")]
     if len(stamps) > 1:
         out["seconds-per-epoch"] = round(float(np.median(np.diff(stamps))), 2)
+        # within an epoch: training (up to the last "Client i local loss" line), then the local evaluation
+        last_client = [max((float(t) for t, line in stamped if t is not None and line.startswith("Client ")
+                            and a < float(t) < b), default=None) for a, b in zip(stamps, stamps[1:])]
+        split = [(c - a, b - c) for a, b, c in zip(stamps, stamps[1:], last_client) if c is not None]
+        if split:
+            out["train-seconds-per-epoch"] = round(float(np.median([x for x, _ in split])), 2)
+            out["eval-seconds-per-epoch"] = round(float(np.median([y for _, y in split])), 2)
     if groups:
         out["groups"] = sorted(sorted(g) for g in ast.literal_eval(groups[-1].split("groups are ", 1)[1]).values())
     return out
