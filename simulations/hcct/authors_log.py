@@ -34,13 +34,21 @@ def summarise(path: str) -> dict:
            "error-std": float(np.std(list(final.values()))), "error-min": min(final.values()),
            "error-max": max(final.values()), "client-error": final,
            "curve": [round(float(np.mean([100 - a for a in e.values()])), 4) for e in now]}
-    stamps = [float(t) for t, line in stamped if t is not None and line.startswith("Model performance")]
+    # one pass: each "Model performance" stamp, and the last "Client i local loss" stamp before it
+    stamps, last_client, client = [], [], None
+    for t, line in stamped:
+        if t is None:
+            continue
+        if line.startswith("Client "):
+            client = float(t)
+        elif line.startswith("Model performance"):
+            stamps.append(float(t))
+            last_client.append(client)
+            client = None
     if len(stamps) > 1:
         out["seconds-per-epoch"] = round(float(np.median(np.diff(stamps))), 2)
-        # within an epoch: training (up to the last "Client i local loss" line), then the local evaluation
-        last_client = [max((float(t) for t, line in stamped if t is not None and line.startswith("Client ")
-                            and a < float(t) < b), default=None) for a, b in zip(stamps, stamps[1:])]
-        split = [(c - a, b - c) for a, b, c in zip(stamps, stamps[1:], last_client) if c is not None]
+        # within an epoch: training (up to its last client line), then the local evaluation
+        split = [(c - a, b - c) for a, b, c in zip(stamps, stamps[1:], last_client[1:]) if c is not None]
         if split:
             out["train-seconds-per-epoch"] = round(float(np.median([x for x, _ in split])), 2)
             out["eval-seconds-per-epoch"] = round(float(np.median([y for _, y in split])), 2)
