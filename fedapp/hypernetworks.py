@@ -64,5 +64,6 @@ class HyperNetwork(nn.Module):
         self.heads = nn.ModuleList(nn.Linear(hidden, torch.Size(s).numel()) for s in self.shapes.values())
 
     def forward(self, v: torch.Tensor) -> Tensors:
+        """One model from v of shape (dim,), or one per row from v of shape (n, dim)."""
         z = self.body(v)
-        return {k: head(z).view(s) for (k, s), head in zip(self.shapes.items(), self.heads)}
+        return {k: head(z).view(*z.shape[:-1], *s) for (k, s), head in zip(self.shapes.items(), self.heads)}

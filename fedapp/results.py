@@ -57,7 +57,7 @@ class ResultsWriter:
         self.path.mkdir(parents=True, exist_ok=True)
         self.rows: list[dict[str, Any]] = list(rows or [])
         self.extra: dict[str, Any] = {}
-        self._next_plot = time.time() + 5.0  # the first plot once there is something to see
+        self._next_plot = time.time() + PLOT_EVERY_S
         # clients.csv: a resumed run keeps the rows of the rounds its checkpoint holds, a new one none
         last = self.rows[-1]["round"] if self.rows else -1
         kept = [r for r in _read_csv(self.path / CLIENTS_CSV) if int(r["round"]) <= last]
@@ -113,16 +113,19 @@ class ResultsWriter:
         atomic_write(self.path / "rounds.json", json.dumps(doc, indent=1, default=float).encode())
         columns = list(dict.fromkeys(k for row in self.rows for k in row))
         atomic_write(self.path / "rounds.csv", _csv(self.rows, columns))
-        # after every round, so a stopped run has its plot; drawing takes about 0.2-0.5 s, so it
-        # waits for the first 5 s of the run and then at most once per ten drawing times (and
-        # always after the last round): short runs draw once
+        # drawing takes 0.2-0.5 s of the server's thread, between rounds that may last a second or
+        # two: the plot is redrawn at most every PLOT_EVERY_S (or ten drawing times) and always after
+        # the last round, so a run shorter than that draws once; rounds.json above is the record,
+        # rewritten every round (`python -m fedapp compare RUN_DIR` draws a stopped run's plot)
         last = self.rows[-1]["round"] if self.rows else 0
         if self.rows and (time.time() >= self._next_plot or last >= self.cfg.num_server_rounds):
             t0 = time.time()
             plot(self.rows, self.path / "plot.png", title=f"{self.cfg.strategy} on {self.cfg.dataset}")
-            self._next_plot = time.time() + 10 * (time.time() - t0)
+            self._next_plot = time.time() + max(PLOT_EVERY_S, 10 * (time.time() - t0))
 
 
+#: seconds between two drawings of a run's plot.png (the last round always draws it)
+PLOT_EVERY_S = 30.0
 CLIENTS_CSV = "clients.csv"
 CLIENT_COLUMNS = ["round", "partition-id", "client", "accuracy", "loss", "examples"]
 

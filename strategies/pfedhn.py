@@ -82,12 +82,13 @@ class PFedHN(PeFLL):
             opt = opt and type(opt)([e[p] for p in new], **{k: v for k, v in opt.defaults.items()
                                                            if k in ("lr", "momentum")})
             for _ in range(self.cfg.algo("new-client-rounds")):
-                for r in self.local_training(server_round, grid, {p: e[p].detach() for p in new}, traffic="eval"):
-                    d = self.hypernetwork_vjp(e[r.pid], r.payload["delta"])[1]
+                replies = self.local_training(server_round, grid, {p: e[p].detach() for p in new}, traffic="eval")
+                delta_e = self.descriptor_vjp(e, {r.pid: r.payload["delta"] for r in replies}) if replies else {}
+                for p, d in delta_e.items():
                     if opt is None:
-                        e[r.pid].data.add_(d)
+                        e[p].data.add_(d)
                     else:
-                        e[r.pid].grad = -d
+                        e[p].grad = -d
                 if opt is not None:
                     opt.step()
             e.update({p: e[p].detach() for p in new})
