@@ -92,3 +92,25 @@ def test_authors_cifar10_reference_keeps_the_runs_that_reached_epoch_50():
     ref = authors_cifar10([row("hcct", 50, 36.5), row("local", 50, 36.5), row("global", 12, 60.0)])
     assert ref["seeds"] == [0] and "global" not in ref
     assert (ref["hcct"], ref["independent"], ref["hcct-best-epoch"]) == (0.365, 0.365, 0.345)
+
+
+def test_collect_and_authors_log_merge_into_the_stored_rows(tmp_path, monkeypatch):
+    """Raw run folders live outside the repository and may be gone: a run found replaces only the stored
+    row of its method and seed, and the stored rows of other runs stay."""
+    import json
+
+    from simulations.hcct import claims
+    from simulations.hcct.authors_log import merge
+
+    row = lambda m, s, e: {"method": m, "seed": s, "error": e, "groups": None}  # noqa: E731
+    monkeypatch.setattr(claims, "SUMMARIES", tmp_path / "summaries")
+    claims.SUMMARIES.mkdir()
+    (claims.SUMMARIES / "cifar10.json").write_text(json.dumps([row("hcct", 0, 36.0), row("global", 0, 56.0)]))
+    (tmp_path / "runs" / "cifar10-chainA").mkdir(parents=True)
+    (tmp_path / "runs" / "cifar10-chainA" / "summary.json").write_text(json.dumps([row("global", 0, 50.0),
+                                                                                  row("ifca", 0, 40.0)]))
+    claims.collect(tmp_path / "runs")
+    got = {(r["method"], r["seed"]): r["error"] for r in claims.rows("cifar10")}
+    assert got == {("hcct", 0): 36.0, ("global", 0): 50.0, ("ifca", 0): 40.0}
+    assert merge([row("hcct", 0, 43.5), row("local", 0, 1.0)], [row("local", 0, 40.0), row("global", 0, 50.0)]) == [
+        row("hcct", 0, 43.5), row("local", 0, 40.0), row("global", 0, 50.0)]

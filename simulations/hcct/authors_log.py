@@ -2,6 +2,8 @@
 
     python simulations/hcct/authors_log.py hcct:/work/runs/hcct/authors-fmnist-hcct-s0.log ... > out.json
     python simulations/hcct/authors_log.py --seed 0 hcct:/work/runs/hcct/authors-hcct-cifar10-s0.log > out.json
+    python simulations/hcct/authors_log.py --seed 0 --into simulations/hcct/summaries/authors-cifar10.json \
+        local:/work/runs/hcct/authors-local-cifar10-s0.log global:/work/runs/hcct/authors-global-cifar10-s0.log
 
 Their log prints after every epoch "Model performance: mean ..." and the dict of each client's
 local test accuracy (%), then "Best performance" and the dict of each client's best so far;
@@ -17,6 +19,7 @@ import ast
 import json
 import re
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -57,16 +60,30 @@ def summarise(path: str) -> dict:
     return out
 
 
+def merge(stored: list[dict], new: list[dict]) -> list[dict]:
+    """``stored`` rows with each of ``new`` in place of the stored row of its method and seed."""
+    key = lambda r: (r["method"], r.get("seed"))  # noqa: E731
+    fresh = {key(r) for r in new}
+    return [*(r for r in stored if key(r) not in fresh), *new]
+
+
 def main() -> None:
     args = sys.argv[1:]
-    seed = {}
-    if args[:1] == ["--seed"]:  # the --seed the runs were given, recorded in every row
-        seed, args = {"seed": int(args[1])}, args[2:]
+    seed, into = {}, None
+    while args[:1] in (["--seed"], ["--into"]):
+        if args[0] == "--seed":  # the --seed the runs were given, recorded in every row
+            seed = {"seed": int(args[1])}
+        else:  # a summary file to merge the rows into, instead of printing them
+            into = Path(args[1])
+        args = args[2:]
     rows = []
     for arg in args:
         method, path = arg.split(":", 1)
         rows.append({"method": method, "code": "authors", **seed, **summarise(path)})
-    print(json.dumps(rows, indent=1))
+    if into is None:
+        print(json.dumps(rows, indent=1))
+    else:
+        into.write_text(json.dumps(merge(json.loads(into.read_text()) if into.exists() else [], rows), indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
     python simulations/hcct/claims.py collect /work/runs/hcct   # runs' summary.json -> summaries/
     python simulations/hcct/claims.py                           # docs/results/hcct.claims.json + tables
 
-``collect`` copies <runs>/{table2,fmnist,fmnist-softmax,cifar10,arrivals}/summary.json (with the parallel sweeps
-<runs>/<name>-chain*/summary.json merged in) into simulations/hcct/summaries/ and adds to
+``collect`` merges <runs>/{table2,fmnist,fmnist-softmax,cifar10,arrivals}/summary.json (with the parallel sweeps
+<runs>/<name>-chain*/summary.json) into simulations/hcct/summaries/ (a run replaces the stored row of its
+method and seed; stored rows of runs not found stay) and adds to
 every HCCT row its groups in each epoch (from the run's rounds.json; for the arrival runs also the mean
 local test error over the clients present after each epoch). Errors are local test errors
 in %, as simulations/hcct/report.py summarises a run; the claims file holds them as fractions.
@@ -77,7 +78,10 @@ def collect(runs: Path) -> None:
         found = {(r["method"], r["seed"]): (r, f.parent) for f in srcs if f.exists() for r in json.loads(f.read_text())}
         if not found:
             continue
-        out = [r for r, _ in found.values()]
+        # the stored rows are the record (raw run folders may be gone): a run found here replaces its
+        # own row (method and seed) and leaves the others
+        kept = {(r["method"], r["seed"]): r for r in rows(name)}
+        out = [*(r for k, r in kept.items() if k not in found), *(r for r, _ in found.values())]
         for r, folder in found.values():
             rounds = folder / f"{r['method']}-s{r['seed']}" / "rounds.json"
             if r["groups"] is not None and rounds.exists():
@@ -88,7 +92,7 @@ def collect(runs: Path) -> None:
                                             for x in history if "fed-client-accuracy" in x]
         # one run per line: the per-epoch groups and client errors would take thousands of lines indented
         (SUMMARIES / f"{name}.json").write_text("[\n" + ",\n".join(json.dumps(r) for r in out) + "\n]\n")
-        print(f"{runs / name}[-chain*] -> {SUMMARIES / name}.json ({len(out)} runs)")
+        print(f"{runs / name}[-chain*] -> {SUMMARIES / name}.json ({len(found)} runs found, {len(out)} in all)")
 
 
 def table2_claim(rs: list[dict]) -> tuple[dict, str]:
