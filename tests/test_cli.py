@@ -132,3 +132,36 @@ def test_launcher_exit_status_follows_the_runs_final_status(monkeypatch, capsys,
         fedapp.launch.main([])
     assert done.value.code == code
     assert capsys.readouterr().out == f"run 7: {status} in 1.0 s; results in results/r\n"
+
+
+def test_status_queries_back_off_while_the_log_stream_is_open(monkeypatch):
+    """Each status query is a `flwr ls` process (about 1.5 CPU s): while the run's log stream is open
+    the launcher waits 30 s before the first, then twice as long each time, at most 300 s; the stream's
+    end (the run finished) is answered at once, and a deadline cuts the wait short."""
+    import itertools
+    import subprocess
+
+    import fedapp.launch as launch
+
+    assert list(itertools.islice(launch.status_waits(), 6)) == [30.0, 60.0, 120.0, 240.0, 300.0, 300.0]
+
+    class Stream:  # the `flwr log --stream` process: still open, or ended
+        def __init__(self, open_):
+            self.open, self.waits = open_, []
+
+        def poll(self):
+            return None if self.open else 0
+
+        def wait(self, timeout):
+            self.waits.append(timeout)
+            raise subprocess.TimeoutExpired("flwr log", timeout)
+
+    monkeypatch.setattr(launch, "run_status", lambda run_id, env: {"status": "running"})
+    stream = Stream(True)
+    launch.wait_for_status("7", {}, stream, None, 120.0)
+    launch.wait_for_status("7", {}, stream, launch.time.time() + 5.0, 120.0)
+    assert stream.waits[0] == 120.0 and 4.0 < stream.waits[1] <= 5.0
+    ended = Stream(False)
+    monkeypatch.setattr(launch.time, "sleep", lambda s: ended.waits.append(s))
+    launch.wait_for_status("7", {}, ended, None, 120.0)
+    assert ended.waits == [1.0]  # gone before the run finished: asked again a second later
