@@ -28,7 +28,7 @@ from common import emit, run_config_str  # noqa: E402
 from overhead import SETTINGS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-TICK = os.sysconf("SC_CLK_TCK")
+TICK, PAGE = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
 
 #: a process's role, from its command line (first match)
 ROLES = (("fedapp.launch", "launcher"), ("from flwr.cli.app import app", "flwr run (launcher's, prewarmed)"),
@@ -44,8 +44,19 @@ def role(cmdline: str) -> str:
     return next((name for key, name in ROLES if key in cmdline), cmdline[:60])
 
 
-def sample(token: bytes, ours: dict[int, bool], seen: dict[int, dict], t0: float) -> None:
-    """Update ``seen`` (pid -> first seen, CPU, role) with the launch's processes now alive."""
+def pss_bytes(proc: Path) -> int:
+    """A process's proportional set size: its resident pages, each shared page divided among the
+    processes that share it (forked workers, Ray's workers), so a tree's PSS adds up to its memory."""
+    for line in (proc / "smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) * 1024
+    return int((proc / "statm").read_text().split()[1]) * PAGE
+
+
+def sample(token: bytes, ours: dict[int, bool], seen: dict[int, dict], t0: float) -> int:
+    """Update ``seen`` (pid -> first seen, CPU, PSS, role) with the launch's processes now alive;
+    returns the PSS bytes of those processes together."""
+    total = 0
     now = time.time() - t0
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -57,13 +68,16 @@ def sample(token: bytes, ours: dict[int, bool], seen: dict[int, dict], t0: float
             if not ours[pid]:
                 continue
             fields = (d / "stat").read_text().rpartition(")")[2].split()
+            pss = pss_bytes(d)
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
         row = seen.setdefault(pid, {"first": now, "role": "", "ppid": int(fields[1])})
-        row.update(cpu=(int(fields[11]) + int(fields[12])) / TICK, last=now)
+        row.update(cpu=(int(fields[11]) + int(fields[12])) / TICK, pss=pss, last=now)
+        total += pss
         if cmd:  # an exiting process's command line reads empty
             row["role"] = role(cmd)
+    return total
 
 
 def timeline(cfg: dict, rounds: int = 1, limit: float | None = None, tree: Path = ROOT) -> dict:
