@@ -41,6 +41,10 @@ from fedapp.watchdog import superlink_watchdog_mod
 # The simulation process imports this module before it starts Ray, so with 0 the workers keep
 # the priority of the run that started them, unless the user chose another.
 os.environ.setdefault("RAY_worker_niceness", "0")
+# Ray's raylet also prestarts one idle worker per CPU when the simulation process registers; the
+# simulated clients' actors get workers of their own beside them, so the prestarted ones only cost
+# start-up CPU (two workers, 0.5 CPU s each at 2 CPUs) and memory. Unless the user chose otherwise.
+os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
 
 STATE_PREFIX = "state."
 SPILLED = "spilled-state"  # ConfigRecord {"path": file} when the committed state is only on disk

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from flwr.app import Array, ArrayRecord
@@ -78,16 +79,18 @@ def test_evaluation_batches_of_128_on_cpu_with_the_same_numbers():
     assert abs(m["loss"] - one["loss"]) < 1e-6
 
 
-def test_ray_workers_keep_the_priority_of_the_run(monkeypatch):
-    """Ray would start the simulated clients at nice 15; the ClientApp module, which the simulation
-    process imports before it starts Ray, asks for the run's own priority unless the user set one."""
-    for user, expected in ((None, "0"), ("7", "7")):
+@pytest.mark.parametrize("key, ours", [("RAY_worker_niceness", "0"), ("RAY_prestart_worker_first_driver", "0")])
+def test_ray_workers_keep_the_priority_of_the_run_and_none_idle_is_prestarted(monkeypatch, key, ours):
+    """Ray would start the simulated clients at nice 15, and prestart idle workers that the clients'
+    actors do not use; the ClientApp module, which the simulation process imports before it starts Ray,
+    asks for the run's own priority and no prestarted workers, unless the user set these."""
+    for user, expected in ((None, ours), ("7", "7")):
         if user is None:
-            monkeypatch.delenv("RAY_worker_niceness", raising=False)
+            monkeypatch.delenv(key, raising=False)
         else:
-            monkeypatch.setenv("RAY_worker_niceness", user)
+            monkeypatch.setenv(key, user)
         importlib.reload(fedapp.client_app)
-        assert os.environ["RAY_worker_niceness"] == expected
+        assert os.environ[key] == expected
 
 
 def test_a_client_process_does_not_load_the_superlink():
