@@ -118,12 +118,38 @@ def wait_for_superlink(proc: subprocess.Popen | None, home: Path, env: dict,
         time.sleep(0.2)
 
 
-class PrewarmedFlwr:
-    """A `flwr` process started early: it imports Flower's CLI (about 1 CPU s) while the launcher
-    checks the run config and the SuperLink starts, then runs the one command it is given; closed
-    before (a bad run config), it is stopped having run none."""
+def app_files(root: Path) -> dict[str, Path]:
+    """What Flower's ``collect_files`` gives ``flwr run`` to build the app's FAB from (every file under
+    ``root`` but symlinks and what resolves outside it), without walking into the directories that
+    .gitignore leaves out, whose files the FAB's rules drop: with the .venv inside the checkout that is
+    42,000 files and 2.6 CPU s of `flwr run`'s start, for the same 72 files in the FAB."""
+    from flwr.cli.utils import build_pathspec, load_gitignore_patterns
 
-    CODE = ("import json, sys\nfrom flwr.cli.app import app\nline = sys.stdin.readline()\n"
+    root = root.resolve()
+    ignored = build_pathspec(load_gitignore_patterns(root / ".gitignore"))
+    files: dict[str, Path] = {}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        rel = Path(dirpath).relative_to(root)
+        dirnames[:] = [d for d in dirnames if not ignored.match_file(f"{(rel / d).as_posix()}/")]
+        for name in filenames:
+            path = Path(dirpath) / name
+            if not path.is_symlink() and path.resolve().is_relative_to(root):
+                files[path.relative_to(root).as_posix()] = path
+    return files
+
+
+class PrewarmedFlwr:
+    """A `flwr` process started early: it imports Flower's CLI (about 1 CPU s) and builds the app's
+    FAB (``app_files``) while the launcher checks the run config and the SuperLink starts, then runs
+    the one command it is given; closed before (a bad run config), it is stopped having run none."""
+
+    CODE = ("import json, sys\nfrom pathlib import Path\nfrom flwr.cli.app import app\n"
+            "from flwr.cli.build import build_fab_from_files\nimport importlib\n"
+            "run = importlib.import_module('flwr.cli.run.run')  # the module; flwr.cli.run.run is the command\n"
+            "from fedapp.launch import ROOT, app_files\n"
+            "fab, build = build_fab_from_files(app_files(ROOT))[0], run.build_fab_from_disk\n"
+            "run.build_fab_from_disk = lambda p: fab if Path(p).resolve() == ROOT else build(p)\n"
+            "line = sys.stdin.readline()\n"
             "if line.strip():\n    sys.argv = ['flwr', *json.loads(line)]\n    sys.exit(app())\n")
 
     def __init__(self, env: dict):

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TICK, PAGE = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
 
 #: a process's role, from its command line (first match)
-ROLES = (("fedapp.launch", "launcher"), ("from flwr.cli.app import app", "flwr run (launcher's, prewarmed)"),
+ROLES = (("from flwr.cli.app import app", "flwr run (launcher's, prewarmed)"), ("fedapp.launch", "launcher"),
          ("flwr run", "flwr run"), ("flwr log", "flwr log"), ("flwr ls", "flwr ls"),
          ("flwr stop", "flwr stop"), ("flower-superlink", "superlink"), ("flower-superexec", "superexec"),
          ("flwr-simulation", "simulation"), ("gcs_server", "ray gcs"), ("raylet", "ray raylet"),
