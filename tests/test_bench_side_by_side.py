@@ -39,6 +39,7 @@ def test_settings_are_the_reproductions_and_a_run_is_its_whole_process_tree(tmp_
     code = f"import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {hold.format(120)!r}]); {hold.format(50)}; p.wait()"
     run = measured([sys.executable, "-c", code])
     assert run["rc"] == 0 and 170 < run["peak_pss_mib"] < 260
+    assert sum(run["peak_pss_by_process_mib"].values()) == pytest.approx(run["peak_pss_mib"], abs=0.2)
     forked = ("import os, time; b = bytearray(200 * 2**20); pid = os.fork(); time.sleep(1.5); "
               "os._exit(0) if pid == 0 else os.waitpid(pid, 0)")
     run = measured([sys.executable, "-c", forked])

@@ -57,15 +57,21 @@ def measured(cmd: list[str], env: dict | None = None, cwd: Path = ROOT, log: Pat
     """Run ``cmd`` to its end; its wall seconds, exit status and the peak PSS of its process tree."""
     token = uuid.uuid4().hex
     env = {**(env or os.environ), MARK: token}
-    ours, seen, peak = {}, {}, 0
+    ours, seen, peak, at_peak = {}, {}, 0, {}
     t0 = time.time()
     with open(log or os.devnull, "w") as out:
         proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
         ours[proc.pid] = True
         while proc.poll() is None:
-            peak = max(peak, sample(f"{MARK}={token}".encode(), ours, seen, t0))
+            total = sample(f"{MARK}={token}".encode(), ours, seen, t0)
+            if total > peak:  # who held it: the processes of this sample (the latest stamp), by role
+                peak, at_peak, now = total, {}, max(r["last"] for r in seen.values())
+                for r in seen.values():
+                    if r["last"] == now:
+                        at_peak[r["role"]] = at_peak.get(r["role"], 0) + r["pss"] / 2**20
             time.sleep(0.2)
-    return {"wall_s": time.time() - t0, "rc": proc.returncode, "peak_pss_mib": peak / 2**20}
+    return {"wall_s": time.time() - t0, "rc": proc.returncode, "peak_pss_mib": peak / 2**20,
+            "peak_pss_by_process_mib": {k: round(v, 1) for k, v in sorted(at_peak.items(), key=lambda kv: -kv[1])}}
 
 
 def fedapp_rounds(rows: list[dict]) -> dict:
