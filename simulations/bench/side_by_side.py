@@ -63,12 +63,12 @@ def measured(cmd: list[str], env: dict | None = None, cwd: Path = ROOT, log: Pat
         proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
         ours[proc.pid] = True
         while proc.poll() is None:
-            total = sample(f"{MARK}={token}".encode(), ours, seen, t0)
+            total = sample(f"{MARK}={token}".encode(), ours, seen, t0, pss=True)
             if total > peak:  # who held it: the processes of this sample (the latest stamp), by role
                 peak, at_peak, now = total, {}, max(r["last"] for r in seen.values())
                 for r in seen.values():
                     if r["last"] == now:
-                        at_peak[r["role"]] = at_peak.get(r["role"], 0) + r["pss"] / 2**20
+                        at_peak[r["role"]] = at_peak.get(r["role"], 0) + r["mem"] / 2**20
             time.sleep(0.2)
     return {"wall_s": time.time() - t0, "rc": proc.returncode, "peak_pss_mib": peak / 2**20,
             "peak_pss_by_process_mib": {k: round(v, 1) for k, v in sorted(at_peak.items(), key=lambda kv: -kv[1])}}
@@ -182,10 +182,10 @@ def main(argv: list[str] | None = None) -> None:
     engines = {"in-process": fedapp_in_process, "flwr-run": fedapp_flwr_run}
     if not a.no_authors:
         anchor_env()  # the one-line error before anything runs
-        engines = {"authors": AUTHORS[a.paper], **engines}
+        engines = {"authors": lambda paper, *args: AUTHORS[paper](*args), **engines}
     for engine, fn in engines.items():
         with tempfile.TemporaryDirectory(prefix=f"side-{a.paper}-") as tmp:
-            out = fn(a.paper, a.rounds, a.seed, Path(tmp)) if engine != "authors" else fn(a.rounds, a.seed, Path(tmp))
+            out = fn(a.paper, a.rounds, a.seed, Path(tmp))
         emit({"paper": a.paper, "engine": engine, "rounds": a.rounds, "seed": a.seed, "setting": SETTINGS[a.paper],
               **out, "load": os.getloadavg(), "time": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}, a.out)
 

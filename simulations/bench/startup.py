@@ -53,9 +53,10 @@ def pss_bytes(proc: Path) -> int:
     return int((proc / "statm").read_text().split()[1]) * PAGE
 
 
-def sample(token: bytes, ours: dict[int, bool], seen: dict[int, dict], t0: float) -> int:
-    """Update ``seen`` (pid -> first seen, CPU, PSS, role) with the launch's processes now alive;
-    returns the PSS bytes of those processes together."""
+def sample(token: bytes, ours: dict[int, bool], seen: dict[int, dict], t0: float, pss: bool = False) -> int:
+    """Update ``seen`` (pid -> first seen, CPU, memory, role) with the launch's processes now alive;
+    returns their memory together: RSS, or with ``pss`` the PSS (``pss_bytes``, which makes the kernel
+    walk each process's page tables: too costly for start-up's 0.1 s samples)."""
     total = 0
     now = time.time() - t0
     for d in Path("/proc").iterdir():
@@ -68,13 +69,13 @@ def sample(token: bytes, ours: dict[int, bool], seen: dict[int, dict], t0: float
             if not ours[pid]:
                 continue
             fields = (d / "stat").read_text().rpartition(")")[2].split()
-            pss = pss_bytes(d)
+            mem = pss_bytes(d) if pss else int((d / "statm").read_text().split()[1]) * PAGE
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
         row = seen.setdefault(pid, {"first": now, "role": "", "ppid": int(fields[1])})
-        row.update(cpu=(int(fields[11]) + int(fields[12])) / TICK, pss=pss, last=now)
-        total += pss
+        row.update(cpu=(int(fields[11]) + int(fields[12])) / TICK, mem=mem, last=now)
+        total += mem
         if cmd:  # an exiting process's command line reads empty
             row["role"] = role(cmd)
     return total
