@@ -192,8 +192,10 @@ class PeFLL(FedStrategy):
         return rows, list(theta.values()), [torch.stack([delta[p][k] for p in pids]) for k in theta]
 
     def descriptor_vjp(self, v: Mapping[int, torch.Tensor], delta: Mapping[int, Tensors]) -> dict[int, torch.Tensor]:
-        """delta_v_i = (d theta_i / d v_i)^T delta_theta_i for every client in ``delta``."""
+        """delta_v_i = (d theta_i / d v_i)^T delta_theta_i for every client in ``delta`` (none: none)."""
         pids = list(delta)
+        if not pids:
+            return {}
         rows, theta, grad_out = self.vjp_graph(v, delta, pids)
         (delta_v,) = torch.autograd.grad(theta, [rows], grad_outputs=grad_out)
         return dict(zip(pids, delta_v))
@@ -229,7 +231,7 @@ class PeFLL(FedStrategy):
             self.set_standardization(v[next(p for p in pids if p in v)])
         trained = self.local_training(server_round, grid, v)
         delta_theta = {r.pid: r.payload["delta"] for r in trained}
-        delta_v = self.descriptor_vjp(v, delta_theta) if delta_theta else {}
+        delta_v = self.descriptor_vjp(v, delta_theta)
         delta_e = self.embedding_backprop(server_round, grid, delta_v)
         done = sorted(delta_e)  # a client missing in any phase drops out of this step
         metrics = {"replies": len(done)}

@@ -83,8 +83,7 @@ class PFedHN(PeFLL):
                                                            if k in ("lr", "momentum")})
             for _ in range(self.cfg.algo("new-client-rounds")):
                 replies = self.local_training(server_round, grid, {p: e[p].detach() for p in new}, traffic="eval")
-                delta_e = self.descriptor_vjp(e, {r.pid: r.payload["delta"] for r in replies}) if replies else {}
-                for p, d in delta_e.items():
+                for p, d in self.descriptor_vjp(e, {r.pid: r.payload["delta"] for r in replies}).items():
                     if opt is None:
                         e[p].data.add_(d)
                     else:

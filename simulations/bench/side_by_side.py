@@ -91,22 +91,22 @@ def fedapp_config(paper: str, rounds: int, seed: int) -> dict:
             "checkpoint-every": 0, "num-threads": 1}
 
 
+def fedapp_measured(cmd: list[str], tmp: Path, name: str) -> dict:
+    """One fedapp run writing results-dir ``tmp``, run-name ``name``: its measurement and its rounds."""
+    run = measured(cmd, log=tmp / f"{name}.log")
+    return {**run, **fedapp_rounds(json.loads((tmp / name / "rounds.json").read_text())["rounds"])}
+
+
 def fedapp_in_process(paper: str, rounds: int, seed: int, tmp: Path) -> dict:
     cfg = {**fedapp_config(paper, rounds, seed), "local-workers": 2, "results-dir": str(tmp), "run-name": "inproc"}
-    code = ("import json, sys; from fedapp.inprocess import run_local; "
-            "run_local(json.loads(sys.argv[1]))")
-    run = measured([sys.executable, "-c", code, json.dumps(cfg)], log=tmp / "inproc.log")
-    rows = json.loads((tmp / "inproc" / "rounds.json").read_text())["rounds"]
-    return {**run, **fedapp_rounds(rows)}
+    code = "import json, sys; from fedapp.inprocess import run_local; run_local(json.loads(sys.argv[1]))"
+    return fedapp_measured([sys.executable, "-c", code, json.dumps(cfg)], tmp, "inproc")
 
 
 def fedapp_flwr_run(paper: str, rounds: int, seed: int, tmp: Path) -> dict:
     cfg = {**fedapp_config(paper, rounds, seed), "results-dir": str(tmp), "run-name": "flwr"}
-    cmd = [sys.executable, "-m", "fedapp.launch", "--run-config", run_config_str(cfg),
-           "--flwr-home", str(tmp / "flwr-home"), "--port-base", "39690"]
-    run = measured(cmd, log=tmp / "flwr.log")
-    rows = json.loads((tmp / "flwr" / "rounds.json").read_text())["rounds"]
-    return {**run, **fedapp_rounds(rows)}
+    return fedapp_measured([sys.executable, "-m", "fedapp.launch", "--run-config", run_config_str(cfg),
+                            "--flwr-home", str(tmp / "flwr-home"), "--port-base", "39690"], tmp, "flwr")
 
 
 def anchor_env(threads: int = 2) -> dict:

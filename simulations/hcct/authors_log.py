@@ -15,10 +15,10 @@ training (up to the epoch's last "Client i local loss" line) and the local evalu
 
 from __future__ import annotations
 
+import argparse
 import ast
 import json
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -68,22 +68,21 @@ def merge(stored: list[dict], new: list[dict]) -> list[dict]:
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    seed, into = {}, None
-    while args[:1] in (["--seed"], ["--into"]):
-        if args[0] == "--seed":  # the --seed the runs were given, recorded in every row
-            seed = {"seed": int(args[1])}
-        else:  # a summary file to merge the rows into, instead of printing them
-            into = Path(args[1])
-        args = args[2:]
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seed", type=int, help="the --seed the runs were given, recorded in every row")
+    p.add_argument("--into", type=Path, help="a summary file to merge the rows into, instead of printing them")
+    p.add_argument("logs", nargs="+", metavar="METHOD:LOG")
+    a = p.parse_args()
+    seed = {} if a.seed is None else {"seed": a.seed}
     rows = []
-    for arg in args:
+    for arg in a.logs:
         method, path = arg.split(":", 1)
         rows.append({"method": method, "code": "authors", **seed, **summarise(path)})
-    if into is None:
+    if a.into is None:
         print(json.dumps(rows, indent=1))
     else:
-        into.write_text(json.dumps(merge(json.loads(into.read_text()) if into.exists() else [], rows), indent=1) + "\n")
+        stored = json.loads(a.into.read_text()) if a.into.exists() else []
+        a.into.write_text(json.dumps(merge(stored, rows), indent=1) + "\n")
 
 
 if __name__ == "__main__":

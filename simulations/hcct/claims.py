@@ -20,6 +20,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # run as a script: simulations/ importable
+
+from simulations.hcct.authors_log import merge  # noqa: E402
 SUMMARIES = ROOT / "simulations" / "hcct" / "summaries"
 
 # Table II of the paper (test error % after 10 epochs): clients 1-3, mean, std over the clients.
@@ -80,8 +83,7 @@ def collect(runs: Path) -> None:
             continue
         # the stored rows are the record (raw run folders may be gone): a run found here replaces its
         # own row (method and seed) and leaves the others
-        kept = {(r["method"], r["seed"]): r for r in rows(name)}
-        out = [*(r for k, r in kept.items() if k not in found), *(r for r, _ in found.values())]
+        out = merge(rows(name), [r for r, _ in found.values()])
         for r, folder in found.values():
             rounds = folder / f"{r['method']}-s{r['seed']}" / "rounds.json"
             if r["groups"] is not None and rounds.exists():
