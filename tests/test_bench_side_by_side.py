@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from simulations.bench.side_by_side import SETTINGS, fedapp_config, fedapp_rounds, main, measured, pefll_step_times
+from simulations.bench.side_by_side import (SETTINGS, fedapp_config, fedapp_rounds, fl_simulator_rounds, main, measured,
+                                            pefll_step_times)
 
 
 def test_fedapp_rounds_split_training_from_evaluation():
@@ -17,6 +18,28 @@ def test_fedapp_rounds_split_training_from_evaluation():
     out = fedapp_rounds(rows)
     assert out["train_round_s"] == 4.5 and out["train_rounds_s"] == [4.0, 5.0]
     assert out["evals_s"] == [21.0, 22.0] and out["eval_s"] == 21.5
+    # the server's own evaluation counts too, and a round's training per client that replied
+    rows = [{"round": 1, "train-seconds": 9.0, "round-seconds": 12.0, "replies": 10, "central-accuracy": 0.1},
+            {"round": 2, "train-seconds": 8.0, "round-seconds": 11.0, "replies": 10, "central-accuracy": 0.2},
+            {"round": 3, "train-seconds": 6.0, "round-seconds": 9.5, "replies": 5, "central-accuracy": 0.3}]
+    out = fedapp_rounds(rows)
+    assert out["evals_s"] == [3.0, 3.0, 3.5] and out["train_round_s"] == 7.0 and out["train_client_s"] == 1.0
+
+
+def test_fl_simulator_rounds_take_the_test_out_of_the_round_time(tmp_path):
+    # FL-Simulator's per-round lines as tslog stamps them, with the shim's timer of Server._test_ on stderr
+    log = tmp_path / "flsim.log"
+    rounds = [(7, 30.0, 100.0), (7, 31.0, 87.0), (11, 30.0, 129.0)]  # clients, _test_ seconds, round Time
+    log.write_text("".join(
+        f"{10.0 * k:.3f}\t============= Communication Round {k + 1} =============\n"
+        f"{10.0 * k + 1:.3f}\tSelected Clients: {', '.join(str(i) for i in range(n))}\n"
+        f"{10.0 * k + 2:.3f}\t   Train    ----    Loss: 2.3000,   Accuracy: 0.1000\n"
+        f"{10.0 * k + 3:.3f}\t[anchor-timer] server.server:Server._test_ dt={test:.4f}\n"
+        f"{10.0 * k + 4:.3f}\t            ----    Time: {time:.2f}s\n" for k, (n, test, time) in enumerate(rounds)))
+    out = fl_simulator_rounds(log)
+    assert out["clients_per_round"] == [7, 7, 11] and out["train_rounds_s"] == [56.0, 99.0]
+    assert out["train_round_s"] == 77.5 and out["train_client_s"] == pytest.approx((8.0 + 9.0) / 2)
+    assert out["eval_s"] == 30.0
 
 
 def test_pefll_step_times_from_the_stamped_progress_bar(tmp_path):
@@ -32,7 +55,14 @@ def test_settings_are_the_reproductions_and_a_run_is_its_whole_process_tree(tmp_
     cfg = fedapp_config("hcct", 2, 3)
     assert (cfg["model"], cfg["partition"], cfg["num-server-rounds"], cfg["eval-every"], cfg["seed"]) == (
         "hcct-cnn", "hcct-shards", 2, 1, 3)
-    assert fedapp_config("pefll", 20, 0)["eval-every"] == 20 and set(SETTINGS) == {"hcct", "pefll"}
+    assert fedapp_config("pefll", 20, 0)["eval-every"] == 20 and set(SETTINGS) == {"hcct", "pefll", "fedsmoo", "fedals"}
+    # FedSMOO: the anchors' FL-Simulator configuration (1 local epoch), evaluated every round as theirs
+    cfg = fedapp_config("fedsmoo", 3, 20)
+    assert (cfg["model"], cfg["local-epochs"], cfg["fraction-train"], cfg["batch-size"], cfg["eval-every"]) == (
+        "resnet18gn", 1, 0.1, 50, 1)
+    cfg = fedapp_config("fedals", 10, 0)
+    assert (cfg["model"], cfg["num-clients"], cfg["local-steps"], cfg["fedals.alpha"], cfg["eval-every"]) == (
+        "resnet20", 5, 5, 10, 10)
     # a parent holding 50 MB and a child holding 120 MB at the same time: the tree's peak is their sum;
     # then a forked child that shares the parent's 200 MB adds only its own pages (PSS, not RSS)
     hold = "import time; b = bytearray({} * 2**20); time.sleep(1.5)"
