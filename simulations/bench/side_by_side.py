@@ -19,7 +19,8 @@ flags, partition built untimed); FedALS, the reduced ResNet-20 setting (``cpu-ci
 clients, labels sorted, tau 5, alpha 10, L 19; their ``main_fed_layer.py`` through the anchors'
 ``run_FedALS.sh`` with the lr of ``authors_reduced.sh``). Both codes use the
 two cores: the authors' with two torch threads, fedapp with two clients at a time of one thread each
-(``local-workers = 2`` in process, two Ray workers through `flwr run`).
+(``local-workers = 2`` in process, two Ray workers through `flwr run`). ``--cores 1`` gives each one core
+(one torch thread; fedapp's serial engine, one Ray worker), for a machine whose other core is busy.
 
 * ``train_round_s``: median over rounds 2.. of a round's training (fedapp: ``train-seconds``; HCCT's
   code: an epoch up to its last client's update; PeFLL's code: a step, from its progress bar; FL-Simulator: its
@@ -131,16 +132,18 @@ def fedapp_measured(cmd: list[str], tmp: Path, name: str) -> dict:
     return {**run, **fedapp_rounds(json.loads((tmp / name / "rounds.json").read_text())["rounds"])}
 
 
-def fedapp_in_process(paper: str, rounds: int, seed: int, tmp: Path) -> dict:
-    cfg = {**fedapp_config(paper, rounds, seed), "local-workers": 2, "results-dir": str(tmp), "run-name": "inproc"}
+def fedapp_in_process(paper: str, rounds: int, seed: int, tmp: Path, cores: int) -> dict:
+    cfg = {**fedapp_config(paper, rounds, seed), "local-workers": cores, "results-dir": str(tmp), "run-name": "inproc"}
     code = "import json, sys; from fedapp.inprocess import run_local; run_local(json.loads(sys.argv[1]))"
     return fedapp_measured([sys.executable, "-c", code, json.dumps(cfg)], tmp, "inproc")
 
 
-def fedapp_flwr_run(paper: str, rounds: int, seed: int, tmp: Path) -> dict:
+def fedapp_flwr_run(paper: str, rounds: int, seed: int, tmp: Path, cores: int) -> dict:
     cfg = {**fedapp_config(paper, rounds, seed), "results-dir": str(tmp), "run-name": "flwr"}
     return fedapp_measured([sys.executable, "-m", "fedapp.launch", "--run-config", run_config_str(cfg),
-                            "--flwr-home", str(tmp / "flwr-home"), "--port-base", "39690"], tmp, "flwr")
+                            "--flwr-home", str(tmp / "flwr-home"), "--port-base", "39690",
+                            # CPUs a client holds: the machine's over ``cores`` runs that many clients at a time
+                            "--num-cpus", str(max(1, (os.cpu_count() or 2) // cores))], tmp, "flwr")
 
 
 def anchor_env(threads: int = 2) -> dict:
@@ -152,11 +155,11 @@ def anchor_env(threads: int = 2) -> dict:
     return {**env, "ANCHOR_THREADS": str(threads), "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
 
 
-def authors_hcct(rounds: int, seed: int, tmp: Path) -> dict:
+def authors_hcct(rounds: int, seed: int, tmp: Path, cores: int) -> dict:
     """main_cluster.py on Table III's CIFAR-10 setting (the flags of docs/results/hcct.md), timestamped."""
     from simulations.hcct.authors_log import summarise
 
-    env = anchor_env()
+    env = anchor_env(cores)
     work = tmp / "HCCT"
     subprocess.run(["cp", "-a", f"{env['ANCHOR_SRC']}/HCCT/.", str(work)], check=True)
     (work / "data" / "cifar10").mkdir(parents=True)
@@ -174,9 +177,9 @@ def authors_hcct(rounds: int, seed: int, tmp: Path) -> dict:
             "epochs": s["epochs"], "error": s["error"]}
 
 
-def authors_pefll(rounds: int, seed: int, tmp: Path) -> dict:
+def authors_pefll(rounds: int, seed: int, tmp: Path, cores: int) -> dict:
     """train.py with the repo's defaults (the anchors' run_PeFLL.sh), ``rounds`` steps, evaluated at the last."""
-    env = {**anchor_env(), "ANCHOR_RESULTS": str(tmp), "ANCHOR_TIMEOUT": "3600"}
+    env = {**anchor_env(cores), "ANCHOR_RESULTS": str(tmp), "ANCHOR_TIMEOUT": "3600"}
     run = measured(["bash", str(ANCHORS / "run_PeFLL.sh"), str(rounds), str(rounds)], env=env,
                    log=tmp / "authors-pefll.out")
     summary = json.loads(next(tmp.glob("PeFLL_*.json")).read_text())
@@ -184,10 +187,10 @@ def authors_pefll(rounds: int, seed: int, tmp: Path) -> dict:
             "final_accuracy": summary.get("final_accuracy")}
 
 
-def authors_fedsmoo(rounds: int, seed: int, tmp: Path) -> dict:
+def authors_fedsmoo(rounds: int, seed: int, tmp: Path, cores: int) -> dict:
     """FL-Simulator's ``train.py`` on the anchors' configuration (``run_FL-Simulator.sh``'s flags, the paper's
     Dirichlet-0.1 column with 1 local epoch), ``rounds`` rounds, its ``_test_`` timed by the shim."""
-    env = anchor_env()
+    env = anchor_env(cores)
     work, droot = tmp / "FL-Simulator", Path(env["ANCHOR_WORK"]) / "flsim-data"
     subprocess.run(["cp", "-a", f"{env['ANCHOR_SRC']}/FL-Simulator/.", str(work)], check=True)
     (droot / "Data" / "Raw").mkdir(parents=True, exist_ok=True)
@@ -236,12 +239,12 @@ def fl_simulator_rounds(log: Path) -> dict:
             "train_rounds_s": train, "clients_per_round": [r["clients"] for r in done]}
 
 
-def authors_fedals(rounds: int, seed: int, tmp: Path) -> dict:
+def authors_fedals(rounds: int, seed: int, tmp: Path, cores: int) -> dict:
     """FedALS's ``main_fed_layer.py`` through the anchors' ``run_FedALS.sh`` (alpha 10, L 19, tau 5, the
     constant lr of ``simulations/fedals/authors_reduced.sh``): ``5 * rounds`` iterations, evaluated at
     iteration 0 and after the last. Their code draws its own seed; ``seed`` is unused."""
     iters = 5 * rounds
-    env = {**anchor_env(), "ANCHOR_RESULTS": str(tmp), "ANCHOR_TIMEOUT": "3600",
+    env = {**anchor_env(cores), "ANCHOR_RESULTS": str(tmp), "ANCHOR_TIMEOUT": "3600",
            "FEDALS_LR_EXP": "5.643856", "FEDALS_CTE": "True"}
     run = measured(["bash", str(ANCHORS / "run_FedALS.sh"), "10", str(iters + 1), str(iters)], env=env,
                    log=tmp / "authors-fedals.out")
@@ -279,6 +282,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("paper", choices=sorted(SETTINGS))
     p.add_argument("--rounds", type=int, default=2, help="rounds (HCCT: epochs; PeFLL: steps)")
     p.add_argument("--seed", type=int, help="default: the setting file's seed (0 where it names none)")
+    p.add_argument("--cores", type=int, choices=(1, 2), default=2, help="cores each engine uses (default 2)")
     p.add_argument("--no-authors", action="store_true", help="fedapp only")
     p.add_argument("--out", help="also append the JSON lines to this file")
     a = p.parse_args(argv)
@@ -289,10 +293,11 @@ def main(argv: list[str] | None = None) -> None:
         engines = {"authors": lambda paper, *args: AUTHORS[paper](*args), **engines}
     for engine, fn in engines.items():
         with tempfile.TemporaryDirectory(prefix=f"side-{a.paper}-") as tmp:
-            out = fn(a.paper, a.rounds, seed, Path(tmp))
+            out = fn(a.paper, a.rounds, seed, Path(tmp), a.cores)
         if engine != "authors" and a.paper in TEST_IMAGES:
             out["eval_images"] = TEST_IMAGES[a.paper]
-        emit({"paper": a.paper, "engine": engine, "rounds": a.rounds, "seed": seed, "setting": SETTINGS[a.paper],
+        emit({"paper": a.paper, "engine": engine, "rounds": a.rounds, "seed": seed, "cores": a.cores,
+              "setting": SETTINGS[a.paper],
               "overrides": OVERRIDES.get(a.paper, {}), **out, "load": os.getloadavg(), "time": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}, a.out)
 
 
