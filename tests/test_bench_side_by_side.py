@@ -60,6 +60,7 @@ def test_settings_are_the_reproductions_and_a_run_is_its_whole_process_tree(tmp_
     cfg = fedapp_config("fedsmoo", 3, 20)
     assert (cfg["model"], cfg["local-epochs"], cfg["fraction-train"], cfg["batch-size"], cfg["eval-every"]) == (
         "resnet18gn", 1, 0.1, 50, 1)
+    assert fedapp_config("fedsmoo", 3, 20, {"reply-memory-mb": 1.0})["reply-memory-mb"] == 1.0  # --set
     cfg = fedapp_config("fedals", 10, 0)
     assert (cfg["model"], cfg["num-clients"], cfg["local-steps"], cfg["fedals.alpha"], cfg["eval-every"]) == (
         "resnet20", 5, 5, 10, 10)
@@ -81,3 +82,5 @@ def test_authors_code_needs_the_anchors_environment_before_anything_runs(monkeyp
         monkeypatch.delenv(key, raising=False)
     with pytest.raises(SystemExit, match="the authors' code needs ANCHOR_PY, ANCHOR_SRC, ANCHOR_DATA, ANCHOR_WORK"):
         main(["hcct"])
+    with pytest.raises(SystemExit, match="the authors' code needs"):
+        main(["fedals", "--engines", "in-process", "authors"])

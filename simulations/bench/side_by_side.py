@@ -56,6 +56,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import emit, run_config_str  # noqa: E402
 from startup import sample  # noqa: E402
 
+from simulations.run import overrides, read  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 ANCHORS = ROOT.parent / "shared" / "anchors"
 MARK = "FEDAPP_SIDE_BY_SIDE"
@@ -111,18 +113,15 @@ def fedapp_rounds(rows: list[dict]) -> dict:
             "eval_s": statistics.median(evals) if evals else None, "train_rounds_s": train, "evals_s": evals}
 
 
-def fedapp_config(paper: str, rounds: int, seed: int) -> dict:
-    from simulations.run import read
-
+def fedapp_config(paper: str, rounds: int, seed: int, extra: dict | None = None) -> dict:
+    """The setting, the measured run's changes, and ``extra`` (``--set``, fedapp's engines only)."""
     every = 1 if EVAL_EVERY_ROUND[paper] else rounds
     return {**read(ROOT / SETTINGS[paper]), **OVERRIDES.get(paper, {}), "num-server-rounds": rounds,
-            "eval-every": every, "seed": seed, "checkpoint-every": 0, "num-threads": 1}
+            "eval-every": every, "seed": seed, "checkpoint-every": 0, "num-threads": 1, **(extra or {})}
 
 
 def setting_seed(paper: str) -> int:
     """The seed a paper's setting file names (fedapp's default 0 where it names none)."""
-    from simulations.run import read
-
     return int(read(ROOT / SETTINGS[paper]).get("seed", 0))
 
 
@@ -132,14 +131,14 @@ def fedapp_measured(cmd: list[str], tmp: Path, name: str) -> dict:
     return {**run, **fedapp_rounds(json.loads((tmp / name / "rounds.json").read_text())["rounds"])}
 
 
-def fedapp_in_process(paper: str, rounds: int, seed: int, tmp: Path, cores: int) -> dict:
-    cfg = {**fedapp_config(paper, rounds, seed), "local-workers": cores, "results-dir": str(tmp), "run-name": "inproc"}
+def fedapp_in_process(paper: str, rounds: int, seed: int, tmp: Path, cores: int, extra: dict) -> dict:
+    cfg = {**fedapp_config(paper, rounds, seed, extra), "local-workers": cores, "results-dir": str(tmp), "run-name": "inproc"}
     code = "import json, sys; from fedapp.inprocess import run_local; run_local(json.loads(sys.argv[1]))"
     return fedapp_measured([sys.executable, "-c", code, json.dumps(cfg)], tmp, "inproc")
 
 
-def fedapp_flwr_run(paper: str, rounds: int, seed: int, tmp: Path, cores: int) -> dict:
-    cfg = {**fedapp_config(paper, rounds, seed), "results-dir": str(tmp), "run-name": "flwr"}
+def fedapp_flwr_run(paper: str, rounds: int, seed: int, tmp: Path, cores: int, extra: dict) -> dict:
+    cfg = {**fedapp_config(paper, rounds, seed, extra), "results-dir": str(tmp), "run-name": "flwr"}
     return fedapp_measured([sys.executable, "-m", "fedapp.launch", "--run-config", run_config_str(cfg),
                             "--flwr-home", str(tmp / "flwr-home"), "--port-base", "39690",
                             # CPUs a client holds: the machine's over ``cores`` runs that many clients at a time
@@ -284,21 +283,29 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, help="default: the setting file's seed (0 where it names none)")
     p.add_argument("--cores", type=int, choices=(1, 2), default=2, help="cores each engine uses (default 2)")
     p.add_argument("--no-authors", action="store_true", help="fedapp only")
+    p.add_argument("--engines", nargs="+", choices=("authors", "in-process", "flwr-run"),
+                   default=["authors", "in-process", "flwr-run"], help="which engines run (default: all three)")
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="run-config changes for fedapp's engines (Flower's key=value syntax), e.g. reply-memory-mb=1")
     p.add_argument("--out", help="also append the JSON lines to this file")
     a = p.parse_args(argv)
     seed = setting_seed(a.paper) if a.seed is None else a.seed
-    engines = {"in-process": fedapp_in_process, "flwr-run": fedapp_flwr_run}
-    if not a.no_authors:
+    extra = overrides(a.set)
+    chosen = [e for e in a.engines if not (a.no_authors and e == "authors")]
+    if "authors" in chosen:
         anchor_env()  # the one-line error before anything runs
-        engines = {"authors": lambda paper, *args: AUTHORS[paper](*args), **engines}
-    for engine, fn in engines.items():
+    engines = {"authors": lambda paper, rounds, seed, tmp, cores: AUTHORS[paper](rounds, seed, tmp, cores),
+               "in-process": lambda *args: fedapp_in_process(*args, extra),
+               "flwr-run": lambda *args: fedapp_flwr_run(*args, extra)}
+    for engine in chosen:
         with tempfile.TemporaryDirectory(prefix=f"side-{a.paper}-") as tmp:
-            out = fn(a.paper, a.rounds, seed, Path(tmp), a.cores)
+            out = engines[engine](a.paper, a.rounds, seed, Path(tmp), a.cores)
         if engine != "authors" and a.paper in TEST_IMAGES:
             out["eval_images"] = TEST_IMAGES[a.paper]
         emit({"paper": a.paper, "engine": engine, "rounds": a.rounds, "seed": seed, "cores": a.cores,
-              "setting": SETTINGS[a.paper],
-              "overrides": OVERRIDES.get(a.paper, {}), **out, "load": os.getloadavg(), "time": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}, a.out)
+              "setting": SETTINGS[a.paper], "overrides": {**OVERRIDES.get(a.paper, {}),
+                                                          **(extra if engine != "authors" else {})},
+              **out, "load": os.getloadavg(), "time": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}, a.out)
 
 
 if __name__ == "__main__":
