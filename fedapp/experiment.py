@@ -145,6 +145,13 @@ class ClientData:
     val_y: torch.Tensor | None = None
 
 
+def release_data() -> None:
+    """Drop the cached datasets and partitions: a process that only checked a run config (the launcher,
+    which stays alive for the whole run) gives their memory back."""
+    for cached in (_dataset, _partitions, _test_partitions, _pfedhn_partitions):
+        cached.cache_clear()
+
+
 def client_data(cfg: RunConfig, pid: int, data_dir: str | None = None) -> ClientData:
     """Partition ``pid`` of the configured dataset, split into local train/test.
 

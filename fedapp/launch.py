@@ -362,10 +362,12 @@ def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, 
         if num_supernodes is None:
             num_supernodes = int(overrides.get("num-clients", COMMON_DEFAULTS["num-clients"]))
         if check:
+            from fedapp.experiment import release_data
             from fedapp.preflight import check as preflight
             from fedapp.results import run_dir
 
             cfg = preflight(overrides)
+            release_data()  # the check's dataset: this process waits out the run and never trains
             # named here, so this launcher knows the run's results folder
             overrides.setdefault("run-name", cfg.run_name or run_dir(cfg).name)
             folder = ROOT / run_dir(cfg.replace(run_name=overrides["run-name"]))

@@ -157,3 +157,20 @@ def test_run_sh_names_a_config_error_in_one_line_within_seconds(floor):
     assert out.stderr.splitlines() == ["error: unknown run config key(s): 'lrr': did you mean 'lr'? "
                                        "(python -m fedapp list shows every key)"]
     assert elapsed < max(10, 2 * floor)
+
+
+def test_release_data_gives_back_what_the_check_loaded(tmp_path):
+    import gc
+    import weakref
+
+    from fedapp import experiment
+
+    experiment.release_data()  # what earlier tests left cached
+    data = tree(tmp_path / "imgs")
+    cfg = check({"dataset": "imagefolder", "data-dir": str(data), "partition": "iid", "num-clients": 2})
+    held = weakref.ref(dataset(cfg).train_x)  # the check's copy, still cached
+    assert held() is not None and experiment._partitions.cache_info().currsize == 1
+    experiment.release_data()
+    gc.collect()
+    assert held() is None and experiment._dataset.cache_info().currsize == 0
+    assert experiment._partitions.cache_info().currsize == 0
