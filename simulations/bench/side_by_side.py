@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -216,8 +217,6 @@ def authors_fedsmoo(rounds: int, seed: int, tmp: Path, cores: int) -> dict:
 def fl_simulator_rounds(log: Path) -> dict:
     """Per round of FL-Simulator's log: its clients (``Selected Clients``), its ``Time``, and the shim's timer
     of ``Server._test_``; a round's training is its time less its test, medians over rounds 2.."""
-    import re
-
     rounds: list[dict] = []
     for line in log.read_text(errors="replace").splitlines():
         text = line.partition("\t")[2]
@@ -258,8 +257,6 @@ def authors_fedals(rounds: int, seed: int, tmp: Path, cores: int) -> dict:
 def pefll_step_times(log: Path) -> dict:
     """Seconds per step from the first time each step count shows in the progress bar (tslog stamps);
     the steps that evaluated stand out, and their excess over the median is an evaluation's time."""
-    import re
-
     first: dict[int, float] = {}
     for line in log.read_text(errors="replace").splitlines():
         t, _, text = line.partition("\t")
