@@ -155,6 +155,13 @@ def anchor_env(threads: int = 2) -> dict:
     return {**env, "ANCHOR_THREADS": str(threads), "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
 
 
+def link_cifar10(env: dict, folder: Path) -> None:
+    """``folder/cifar-10-batches-py``: the anchors' converted CIFAR-10, where an authors' code looks for it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "cifar-10-batches-py").exists():
+        (folder / "cifar-10-batches-py").symlink_to(Path(env["ANCHOR_DATA"]) / "cifar-10-batches-py")
+
+
 def authors_hcct(rounds: int, seed: int, tmp: Path, cores: int) -> dict:
     """main_cluster.py on Table III's CIFAR-10 setting (the flags of docs/results/hcct.md), timestamped."""
     from simulations.hcct.authors_log import summarise
@@ -162,8 +169,7 @@ def authors_hcct(rounds: int, seed: int, tmp: Path, cores: int) -> dict:
     env = anchor_env(cores)
     work = tmp / "HCCT"
     subprocess.run(["cp", "-a", f"{env['ANCHOR_SRC']}/HCCT/.", str(work)], check=True)
-    (work / "data" / "cifar10").mkdir(parents=True)
-    (work / "data" / "cifar10" / "cifar-10-batches-py").symlink_to(Path(env["ANCHOR_DATA"]) / "cifar-10-batches-py")
+    link_cifar10(env, work / "data" / "cifar10")
     run_cmd = (f"{env['ANCHOR_PY']} {ANCHORS}/shim_run.py --repo {work} --script main_cluster.py "
                "--stub models.Resnet --stub models.test --stub utils.language_utils "
                "--stub-attr utils.dataset:FEMNIST --stub-attr utils.dataset:ShakeSpeare -- "
@@ -193,10 +199,7 @@ def authors_fedsmoo(rounds: int, seed: int, tmp: Path, cores: int) -> dict:
     env = anchor_env(cores)
     work, droot = tmp / "FL-Simulator", Path(env["ANCHOR_WORK"]) / "flsim-data"
     subprocess.run(["cp", "-a", f"{env['ANCHOR_SRC']}/FL-Simulator/.", str(work)], check=True)
-    (droot / "Data" / "Raw").mkdir(parents=True, exist_ok=True)
-    raw = droot / "Data" / "Raw" / "cifar-10-batches-py"
-    if not raw.exists():
-        raw.symlink_to(Path(env["ANCHOR_DATA"]) / "cifar-10-batches-py")
+    link_cifar10(env, droot / "Data" / "Raw")
     shim = [env["ANCHOR_PY"], str(ANCHORS / "shim_run.py"), "--repo", str(work)]
     # the partition, with the repo's own DatasetObject, untimed and cached as the anchors' script does
     subprocess.run([*shim, "--code", "from dataset import DatasetObject\n"
