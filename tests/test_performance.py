@@ -197,6 +197,25 @@ def test_cached_partitions_equal_the_computed_ones(tmp_path, monkeypatch):
         assert all(np.array_equal(g, w) for gs, ws in zip(got, want) for g, w in zip(gs, ws))
 
 
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/self/maps")
+def test_cached_dataset_is_mapped_from_its_file_and_writes_stay_private(tmp_path, monkeypatch):
+    """The decoded images come back from the cache as a copy-on-write mapping of the file, both when
+    the file is written and when it is read again: processes share the pages and none of them can
+    change the file."""
+    from fedapp.data import sources
+
+    monkeypatch.setenv("FEDAPP_CACHE", str(tmp_path))
+    images = torch.randint(0, 256, (300, 3, 8, 8), dtype=torch.uint8)
+    arrays = {"train_x": images, "train_y": torch.arange(300) % 10, "test_y": torch.arange(20) % 10, "num_classes": 10}
+    for _ in range(2):  # built and written, then read back
+        got = sources._cached("toy", "key", lambda: {k: v.clone() if torch.is_tensor(v) else v for k, v in arrays.items()})
+        (file,) = tmp_path.glob("toy-*.pt")
+        assert torch.equal(got["train_x"], images) and got["num_classes"] == 10
+        assert str(file) in Path("/proc/self/maps").read_text()
+        got["train_x"][0] = 0
+    assert torch.equal(torch.load(file)["train_x"], images)
+
+
 def test_a_client_process_leaves_the_partitioners_and_their_packages_out(small_config, tmp_path):
     """Once the run's partitions are cached (the launcher's check computes them), a client process
     serves its messages without Hugging Face datasets, flwr-datasets, pandas or matplotlib (1.4 CPU s

@@ -226,11 +226,15 @@ def cache_dir() -> Path:
 
 def _cached(name: str, key: str, build) -> dict:
     """Return ``build()``'s tensors, saved once under the cache dir; written atomically so that
-    parallel simulation workers never read a half-written file."""
+    parallel simulation workers never read a half-written file.
+
+    The tensors are memory-mapped from the file (copy-on-write), not read into each process: the
+    Ray workers, the simulation process and forked local workers then share one copy of the images
+    in the page cache, and the kernel can drop those pages under memory pressure and read them back."""
     digest = hashlib.sha1(f"{_CACHE_VERSION}:{name}:{key}".encode()).hexdigest()[:16]
     file = cache_dir() / f"{name}-{digest}.pt"
     if file.is_file():
-        return torch.load(file)
+        return torch.load(file, mmap=True)
     t0 = time.time()
     log(INFO, "%s: reading and decoding the dataset (once: later runs read %s)...", name, file)
     arrays = build()
@@ -240,7 +244,7 @@ def _cached(name: str, key: str, build) -> dict:
     tmp = file.with_name(f"{file.name}.{os.getpid()}.tmp")
     torch.save(arrays, tmp)
     os.replace(tmp, file)
-    return arrays
+    return torch.load(file, mmap=True)
 
 
 # --------------------------------------------------------------------------- decoding
