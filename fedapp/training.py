@@ -11,6 +11,10 @@ from fedapp.data import prepare
 # LeNet and HCCT's CNN evaluate 2.2x, 2.0x and 1.9x faster (CPU seconds, one thread) at 128.
 EVAL_BATCH = {"cpu": 128}
 EVAL_BATCH_DEFAULT = 1024
+# Device types whose image batches are evaluated channels-last (NHWC). On CPU the convolutions run
+# faster on them (one thread, images per second: LeNet 3.2x, HCCT's CNN 1.9x, ResNet-20 1.5x,
+# ResNet-18-GN 1.1x); the logits differ from the NCHW ones only in float rounding (about 1e-8).
+CHANNELS_LAST = {"cpu"}
 
 
 @torch.no_grad()
@@ -44,8 +48,12 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, mean=(
     keep = None  # bool over the model's classes, built once the number of logits is known
     # loss, correct, unmasked loss, unmasked correct
     sums = torch.zeros(4, dtype=torch.float64, device=device)
+    nhwc = x.dim() == 4 and torch.device(device).type in CHANNELS_LAST
     for i in range(0, n, batch_size):
-        xb = prepare(x[i:i + batch_size].to(device), mean, std)
+        xb = x[i:i + batch_size].to(device)
+        if nhwc:  # converted while still uint8; prepare keeps the layout
+            xb = xb.contiguous(memory_format=torch.channels_last)
+        xb = prepare(xb, mean, std)
         yb = y[i:i + batch_size].to(device).long()
         out = model(xb)
         ce = F.cross_entropy(out, yb, reduction="none")

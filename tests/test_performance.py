@@ -79,6 +79,26 @@ def test_evaluation_batches_of_128_on_cpu_with_the_same_numbers():
     assert abs(m["loss"] - one["loss"]) < 1e-6
 
 
+def test_cpu_evaluation_runs_channels_last_with_the_nchw_numbers():
+    from fedapp.data import prepare
+    from fedapp.models import build_model
+    from fedapp.training import evaluate
+
+    torch.manual_seed(0)
+    model = build_model("hcct-cnn", (3, 32, 32), 10).eval()
+    x, y = torch.randint(0, 256, (300, 3, 32, 32), dtype=torch.uint8), torch.randint(0, 10, (300,))
+    mean, std = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
+    layouts = []
+    model.register_forward_hook(
+        lambda _m, inputs, _out: layouts.append(inputs[0].is_contiguous(memory_format=torch.channels_last)))
+    m = evaluate(model, x, y, mean=mean, std=std)
+    assert layouts == [True, True, True]
+    with torch.no_grad():  # the same batches in NCHW
+        out = torch.cat([model(prepare(x[i:i + 128], mean, std)) for i in range(0, 300, 128)])
+    assert m["accuracy"] == (out.argmax(1) == y).double().mean().item()
+    assert m["loss"] == pytest.approx(torch.nn.functional.cross_entropy(out, y).item(), rel=1e-6)
+
+
 @pytest.mark.parametrize("key, ours", [("RAY_worker_niceness", "0"), ("RAY_prestart_worker_first_driver", "0")])
 def test_ray_workers_keep_the_priority_of_the_run_and_none_idle_is_prestarted(monkeypatch, key, ours):
     """Ray would start the simulated clients at nice 15, and prestart idle workers that the clients'
