@@ -19,7 +19,7 @@ from fedapp.config import ConfigError, RunConfig
 from fedapp.data import BatchLoader
 from fedapp.experiment import ClientData
 from fedapp.records import Payload, Tensors
-from fedapp.training import evaluate
+from fedapp.training import CHANNELS_LAST, evaluate
 
 
 class FedClient:
@@ -75,7 +75,8 @@ class FedClient:
         self.generator.manual_seed(seed)
         d = self.data
         return BatchLoader(d.train_x, d.train_y, self.setting("batch-size"), device=self.device, mean=d.mean, std=d.std,
-                           augment=d.augment, generator=self.generator, recipe=self.setting("augment-recipe"))
+                           augment=d.augment, generator=self.generator, recipe=self.setting("augment-recipe"),
+                           channels_last=self.cfg.channels_last and self.device.type in CHANNELS_LAST)
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(self.model(x), y)

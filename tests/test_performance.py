@@ -281,3 +281,36 @@ class _RowByRow:
 
     def __getitem__(self, key):
         return SimpleNamespace(to_numpy=lambda: np.asarray(self.ds[key], dtype=np.int64))
+
+
+def test_channels_last_training_gives_nchw_batches_values_and_model_up_to_rounding():
+    from clients.base import FedClient
+    from fedapp.config import parse_run_config
+    from fedapp.data import BatchLoader
+    from fedapp.experiment import ClientData
+    from fedapp.models import build_model
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randint(0, 256, (96, 3, 32, 32), dtype=torch.uint8, generator=g), torch.randint(0, 10, (96,), generator=g)
+    mean, std = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
+    for augment in (False, True):
+        nchw, nhwc = (BatchLoader(x, y, 32, device="cpu", mean=mean, std=std, augment=augment, channels_last=cl,
+                                  generator=torch.Generator().manual_seed(1)) for cl in (False, True))
+        for (a, ya), (b, yb) in zip(nchw, nhwc):
+            assert a.is_contiguous() and b.is_contiguous(memory_format=torch.channels_last)
+            assert torch.equal(a, b) and torch.equal(ya, yb)
+
+    models = {}
+    for cl in (False, True):
+        cfg = parse_run_config({"strategy": "fedavg", "dataset": "cifar10", "model": "hcct-cnn", "partition": "iid",
+                                "channels-last": cl})
+        torch.manual_seed(0)
+        client = FedClient(cfg, build_model("hcct-cnn", (3, 32, 32), 10),
+                           ClientData(0, x, y, x[:0], y[:0], 10, mean, std, True), device="cpu")
+        client.config = {"batch-size": 32, "momentum": 0.9, "weight-decay": 0.0, "grad-clip": 0.0,
+                         "augment-recipe": "standard"}
+        client.train(6, 0.05, seed=2)
+        models[cl] = client.model_tensors()
+    for k, v in models[False].items():  # the same six steps, rounded differently
+        assert v.is_contiguous() and models[True][k].is_contiguous()
+        torch.testing.assert_close(models[True][k], v, rtol=1e-4, atol=1e-5)

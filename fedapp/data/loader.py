@@ -57,6 +57,7 @@ class BatchLoader:
     Augmentation ``recipe``: "standard" is torchvision's RandomCrop(32, padding=4) + RandomHorizontalFlip
     (every image shifted, black border); "fl-simulator" is FedSMOO's authors' simulator (flip with p 0.5,
     then with p 0.5 the pad-and-crop, padded after normalisation, so the border is the mean colour).
+    ``channels_last``: image batches come out channels-last (NHWC), the same values in another layout.
     """
 
     def __init__(
@@ -72,6 +73,7 @@ class BatchLoader:
         generator: torch.Generator | None = None,
         drop_last: bool = False,
         recipe: str = "standard",
+        channels_last: bool = False,
     ) -> None:
         self.device = torch.device(device)
         self.x = x.to(self.device)
@@ -80,6 +82,7 @@ class BatchLoader:
         self.augment = augment
         self.recipe = recipe
         self.drop_last = drop_last
+        self.channels_last = channels_last
         self.mean = torch.as_tensor(mean, dtype=torch.float32, device=self.device)
         self.std = torch.as_tensor(std, dtype=torch.float32, device=self.device)
         if generator is None:
@@ -117,13 +120,18 @@ class BatchLoader:
         return torch.randperm(len(self.y), generator=g, device=g.device).to(self.device)
 
     def _batch(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.x[idx]
+        x = self._images(self.x[idx])
+        if self.channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x, self.y[idx]
+
+    def _images(self, x: torch.Tensor) -> torch.Tensor:
         if not self.augment:
-            return prepare(x, self.mean, self.std), self.y[idx]
-        g, k = self.generator, len(idx)
+            return prepare(x, self.mean, self.std)
+        g, k = self.generator, len(x)
         offsets = torch.randint(0, 2 * PAD + 1, (2, k), generator=g, device=g.device)
         flip = torch.rand(k, generator=g, device=g.device) < 0.5
         if self.recipe == "standard":
-            return prepare(crop_flip(x, offsets[0], offsets[1], flip), self.mean, self.std), self.y[idx]
+            return prepare(crop_flip(x, offsets[0], offsets[1], flip), self.mean, self.std)
         offsets[:, torch.rand(k, generator=g, device=g.device) < 0.5] = PAD  # the centre: not shifted
-        return crop_flip(prepare(x, self.mean, self.std), offsets[0], offsets[1], flip), self.y[idx]
+        return crop_flip(prepare(x, self.mean, self.std), offsets[0], offsets[1], flip)

@@ -24,7 +24,9 @@ from fedapp.experiment import client_data
 from fedapp.models import build_model
 
 
-def batches(d, steps: int, bs: int, g: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def batches(d, steps: int, bs: int, g: torch.Generator, channels_last: bool = False) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``channels_last``: laid out NHWC, as the app's loader hands them to the model (run config channels-last)."""
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
     out = []
     for _ in range(steps):
         idx = torch.randint(len(d.train_y), (bs,), generator=g)
@@ -32,7 +34,7 @@ def batches(d, steps: int, bs: int, g: torch.Generator) -> list[tuple[torch.Tens
         if d.augment:
             off = torch.randint(0, 2 * PAD + 1, (2, bs), generator=g)
             x = crop_flip(x, off[0], off[1], torch.rand(bs, generator=g) < 0.5)
-        out.append((prepare(x, d.mean, d.std), d.train_y[idx]))
+        out.append((prepare(x, d.mean, d.std).contiguous(memory_format=fmt), d.train_y[idx]))
     return out
 
 
@@ -55,13 +57,14 @@ def sam_gradient(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, rho: 
 def one_round(clients, cfg, prebuilt: bool, g: torch.Generator, sam_rho: float = 0.0) -> tuple[float, float]:
     """(wall, CPU) seconds for every client's local steps (batches made beforehand are not timed);
     with ``sam_rho`` each step is a SAM step (two forward and backward passes)."""
-    ready = [batches(d, cfg.local_steps, cfg.batch_size, g) for d in clients] if prebuilt else None
+    steps, bs, nhwc = cfg.local_steps, cfg.batch_size, cfg.channels_last
+    ready = [batches(d, steps, bs, g, nhwc) for d in clients] if prebuilt else None
     t0, c0 = time.perf_counter(), time.process_time()
     for i, d in enumerate(clients):
         torch.manual_seed(cfg.seed)
         model = build_model(cfg.model, tuple(d.train_x.shape[1:]), d.num_classes)
         opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
-        for x, y in ready[i] if prebuilt else batches(d, cfg.local_steps, cfg.batch_size, g):
+        for x, y in ready[i] if prebuilt else batches(d, steps, bs, g, nhwc):
             opt.zero_grad()
             if sam_rho:
                 sam_gradient(model, x, y, sam_rho)
