@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # common.py, also unde
 from common import record  # noqa: E402
 
 #: SGD steps a training measurement takes, per model (a few seconds each on one core)
-STEPS = {"lenet": 100, "hcct-cnn": 20, "resnet20": 8, "resnet18gn-cifar": 2}
+STEPS = {"lenet": 100, "hcct-cnn": 20, "resnet20": 8, "resnet18gn-cifar": 4}
 MEAN, STD = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
 
 
