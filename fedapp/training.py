@@ -12,8 +12,8 @@ from fedapp.data import prepare
 EVAL_BATCH = {"cpu": 128}
 EVAL_BATCH_DEFAULT = 1024
 # Device types whose image batches are evaluated channels-last (NHWC). On CPU the convolutions run
-# faster on them (one thread, images per second: LeNet 3.2x, HCCT's CNN 1.9x, ResNet-20 1.5x,
-# ResNet-18-GN 1.1x); the logits differ from the NCHW ones only in float rounding (about 1e-8).
+# faster on them (one thread, evaluation: LeNet 2.5x, HCCT's CNN 1.7x, ResNet-20 1.35x, ResNet-18-GN
+# 1.0-1.2x; docs/performance.md, change 28); the logits differ from NCHW's in float rounding (about 1e-8).
 CHANNELS_LAST = {"cpu"}
 
 

@@ -26,7 +26,6 @@ from fedapp.models import build_model
 
 def batches(d, steps: int, bs: int, g: torch.Generator, channels_last: bool = False) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``channels_last``: laid out NHWC, as the app's loader hands them to the model (run config channels-last)."""
-    fmt = torch.channels_last if channels_last else torch.contiguous_format
     out = []
     for _ in range(steps):
         idx = torch.randint(len(d.train_y), (bs,), generator=g)
@@ -34,7 +33,9 @@ def batches(d, steps: int, bs: int, g: torch.Generator, channels_last: bool = Fa
         if d.augment:
             off = torch.randint(0, 2 * PAD + 1, (2, bs), generator=g)
             x = crop_flip(x, off[0], off[1], torch.rand(bs, generator=g) < 0.5)
-        out.append((prepare(x, d.mean, d.std).contiguous(memory_format=fmt), d.train_y[idx]))
+        x = prepare(x, d.mean, d.std)
+        out.append((x.contiguous(memory_format=torch.channels_last) if channels_last and x.dim() == 4 else x,
+                    d.train_y[idx]))
     return out
 
 
