@@ -84,6 +84,48 @@ def test_authors_log_summary_reads_plain_and_timestamped_logs(tmp_path):
     assert a["curve"] == [35.0, 27.5] and a["groups"] == [[0], [1]]
 
 
+def test_authors_log_of_an_arrival_run_averages_over_the_clients_present(tmp_path):
+    """Their --goal n_new run keeps a best-so-far accuracy of 0 for the clients not yet arrived: the best-epoch
+    error is over the clients present at the end, as the error is; one grouping per epoch from the second on."""
+    from simulations.hcct.authors_log import summarise
+
+    epochs = [({0: 60.0, 1: 70.0}, {0: 60.0, 1: 70.0, 2: 0.0, 3: 0.0}, None),
+              ({0: 80.0, 1: 65.0, 2: 50.0}, {0: 80.0, 1: 70.0, 2: 50.0, 3: 0.0}, "{0: [0], 1: [1], 2: [2]}"),
+              ({0: 75.0, 1: 65.0, 2: 54.0}, {0: 80.0, 1: 70.0, 2: 54.0, 3: 0.0}, "{0: [0, 2], 1: [1], 2: []}")]
+    lines = []
+    for now, best, groups in epochs:
+        lines += [f"Cluster Result: 2 groups are {groups}"] if groups else []
+        lines += ["Model performance: mean ...", repr(now), "Best performance: mean ...", repr(best)]
+    (tmp_path / "n_new.log").write_text("\n".join(lines) + "\n")
+    out = summarise(str(tmp_path / "n_new.log"))
+    assert out["client-error"] == {0: 25.0, 1: 35.0, 2: 46.0}
+    assert out["error-best"] == (20.0 + 30.0 + 46.0) / 3  # client 3 (never present) left out
+    assert out["groups-per-epoch"] == [[[0], [1], [2]], [[0, 2], [1]]] and out["groups"] == [[0, 2], [1]]
+
+
+def test_arrivals_report_the_authors_runs_beside_ours():
+    first = [30.0] * 10
+    ours = [arrival_row(0, first), arrival_row(1, first + [20.0] * 4), arrival_row(2, first + [10.0] * 8)]
+
+    def theirs(n, errors, groups):
+        client = {str(p): e for p, e in enumerate(errors)}
+        return {"method": f"hcct-new{n}", "code": "authors", "seed": 0, "epochs": 50, "client-error": client,
+                "error": sum(errors) / len(errors), "error-best": 20.0, "seconds-per-epoch": 40.0,
+                "curve": [50.0 - e / 2 for e in range(1, 51)], "groups-per-epoch": groups}
+
+    alone = [[[p] for p in range(10)]] * 49
+    authors = [theirs(0, [40.0] * 10, alone), theirs(2, [40.0] * 10 + [60.0] * 8, alone + [[[0, 10], [1]]]),
+               theirs(1, [40.0] * 5 + [30.0] * 5 + [50.0] * 4, alone), {**theirs(1, [1.0] * 14, alone), "epochs": 12}]
+    claim, table = arrivals(ours, authors)
+    ref = claim["reference_code"]
+    assert (ref["0"], ref["1"], ref["2"]) == (0.4, 0.3929, 0.4889)  # the 12-epoch run is left out
+    assert ref["first-10-clients"] == {"0": 0.4, "1": 0.35, "2": 0.4}
+    assert ref["groups-of-several"] == {"0": [], "1": [], "2": ["{1,11}"]}
+    assert not ref["holds-in-their-code"] and ref["seeds"] == [0]
+    assert "| authors' 2 | 18 | 45.00 | 40.00 | 35.00 | 30.00 | 25.00 | 40.00 | 20.00 | 40.0 |" in table
+    assert arrivals(ours)[0]["reference_code"] is None
+
+
 def test_authors_cifar10_reference_keeps_the_runs_that_reached_epoch_50():
     row = lambda method, epochs, error: {"method": method, "code": "authors", "seed": 0, "epochs": epochs,  # noqa: E731
                                          "error": error, "error-best": error - 2.0, "seconds-per-epoch": 30.0}

@@ -7,7 +7,7 @@
 
 Their log prints after every epoch "Model performance: mean ..." and the dict of each client's
 local test accuracy (%), then "Best performance" and the dict of each client's best so far;
-"Cluster Result" lines carry HCCT's groups. Errors here are 100 - accuracy, in %. A log written
+"Cluster Result" lines carry HCCT's groups (one per epoch from the second on). Errors here are 100 - accuracy, in %. A log written
 through the anchors' ``tslog.py`` (each line prefixed by the seconds since start and a tab) also gives
 the seconds per epoch: the median interval between successive "Model performance" lines, split into
 training (up to the epoch's last "Client i local loss" line) and the local evaluation after it.
@@ -32,8 +32,10 @@ def summarise(path: str) -> dict:
     best = [ast.literal_eval(lines[i + 1]) for i, l in enumerate(lines) if l.startswith("Best performance")]
     groups = [l for l in lines if l.startswith("Cluster Result")]
     final = {int(p): 100 - a for p, a in now[-1].items()}
+    # their best-so-far dict holds every client of the split, 0 for one not yet arrived (--goal n_new):
+    # the mean is over the clients present at the end, as the error's is
     out = {"epochs": len(now), "error": float(np.mean(list(final.values()))),
-           "error-best": float(np.mean([100 - a for a in best[-1].values()])),
+           "error-best": float(np.mean([100 - best[-1][p] for p in final])),
            "error-std": float(np.std(list(final.values()))), "error-min": min(final.values()),
            "error-max": max(final.values()), "client-error": final,
            "curve": [round(float(np.mean([100 - a for a in e.values()])), 4) for e in now]}
@@ -56,7 +58,9 @@ def summarise(path: str) -> dict:
             out["train-seconds-per-epoch"] = round(float(np.median([x for x, _ in split])), 2)
             out["eval-seconds-per-epoch"] = round(float(np.median([y for _, y in split])), 2)
     if groups:
-        out["groups"] = sorted(sorted(g) for g in ast.literal_eval(groups[-1].split("groups are ", 1)[1]).values())
+        per_epoch = [sorted(sorted(g) for g in ast.literal_eval(line.split("groups are ", 1)[1]).values() if g)
+                     for line in groups]
+        out["groups"], out["groups-per-epoch"] = per_epoch[-1], per_epoch
     return out
 
 
