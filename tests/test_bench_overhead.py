@@ -36,7 +36,7 @@ def test_json_line_has_the_medians_and_their_ratios_to_the_floor():
     run = {"train": [9.0, 3.0, 4.0, 5.0], "cpu": [1.0] * 4, "to-first-round": 12.5, "in-rounds": 21.0,
            "wall": 40.0, "worker-nice": [0]}
     out = row("fedavg", {**SETTINGS["fedavg"], "num-server-rounds": 4}, 2.0, "2p", {"2p": [2.0], "2t": [3.0]},
-              {"2p": [2.0], "2t": [3.0]}, {"1x1": [3.0, 3.0, 3.0], "2x1": [2.0, 2.2, 2.4]}, run)
+              {"2p": [2.0], "2t": [3.0]}, {"1x2": [3.0, 3.0, 3.0], "2x1": [2.0, 2.2, 2.4]}, run)
     line = json.loads(json.dumps(out))
     assert {"strategy", "floor_round_s", "inprocess_round_s", "flwr_run_round_s", "startup_s", "load"} <= set(line)
     assert line["strategy"] == "fedavg" and line["floor_round_s"] == 2.0
@@ -45,6 +45,7 @@ def test_json_line_has_the_medians_and_their_ratios_to_the_floor():
     assert line["flwr_run_ratio"] == 2.0 and line["inprocess_ratio"] == 1.1
     assert line["startup_s"] == 12.5 and line["shutdown_s"] == 40.0 - 12.5 - 21.0
     assert line["floor_layout"] == "2 processes x 1 thread" and len(line["load"]) == 3
+    assert line["flwr_run_layout"] == "2 Ray workers x 1 thread"  # the in-process engine's faster layout
 
 
 def test_fedsmoo_floor_steps_are_sam_steps_of_the_client_radius():
@@ -70,6 +71,7 @@ def test_fedsmoo_floor_steps_are_sam_steps_of_the_client_radius():
 
 def test_json_line_without_flwr_run():
     out = row("fedsmoo", {**SETTINGS["fedsmoo"], "num-server-rounds": 3}, 2.0, "2p", {"2p": [2.0], "2t": [5.0]},
-              {"2p": [2.0]}, {"1x1": [4.0, 4.2], "2x1": [2.1, 2.1]}, None)
-    assert out["inprocess_ratio"] == 1.05 and out["inprocess_layout"] == "2 worker processes x 1 thread"
+              {"2p": [2.0]}, {"2x1": [4.0, 4.2], "1x2": [2.1, 2.1]}, None)
+    assert out["inprocess_ratio"] == 1.05 and out["inprocess_layout"] == "1 process x 2 threads"
     assert out["flwr_run_round_s"] is None and out["flwr_run_ratio"] is None and out["startup_s"] is None
+    assert out["flwr_run_layout"] is None

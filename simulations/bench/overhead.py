@@ -12,10 +12,11 @@ not in it (they are the algorithm's, counted against the app). For FedSMOO a flo
 step (the gradient, the perturbation rho g/||g||, the gradient there); its dual variables and
 their correction terms are the algorithm's.
 
-In process is ``fedapp.inprocess`` (no Ray, no SuperLink), both ways: the clients one after the other
-in this process with one torch thread, and two worker processes x 1 thread (``local-workers=2``),
-the faster counting; ``flwr run`` goes through ``fedapp.launch`` (local SuperLink, Ray, 2 workers
-x 1 thread). Per-round figures are medians of the training time of rounds 2.. (round 1 carries
+In process is ``fedapp.inprocess`` (no Ray, no SuperLink), in the floor's two layouts: two worker
+processes x 1 thread (``local-workers=2``), and the clients one after the other in this process with two
+torch threads (``num-threads=2``), the faster counting; ``flwr run`` goes through ``fedapp.launch``
+(local SuperLink, Ray) in the layout that was faster in process: 2 Ray workers x 1 thread, or 1 worker
+x 2 threads (``--num-cpus 2``). Per-round figures are medians of the training time of rounds 2.. (round 1 carries
 each worker's first message). ``startup_s`` is launch to the first round (SuperLink, Ray, the
 workers importing and loading their data, discovery); ``shutdown_s`` the last round to exit.
 
@@ -57,8 +58,9 @@ SETTINGS = {
 }
 ROUNDS = {"fedavg": 10, "pefll": 12, "fedsmoo": 8}
 QUICK_ROUNDS = {"fedavg": 5, "pefll": 6, "fedsmoo": 4}
-#: in-process layouts: (worker processes, torch threads per client); 1 worker is the serial engine
-INPROCESS = {"1x1": (1, 1), "2x1": (2, 1)}
+#: in-process layouts on the two cores, the floor's two: (worker processes, torch threads per client);
+#: 1 worker is the serial engine. Its one-thread layout (one core) was never the faster one.
+INPROCESS = {"2x1": (2, 1), "1x2": (1, 2)}
 #: seconds a `--before` run may take before it is stopped (its finished rounds still count)
 BEFORE_TIMEOUT = 300.0
 
@@ -172,7 +174,8 @@ def measure(strategy: str, rounds: int, local: int | None = None, before: str | 
     floor_before = {layout: floor_rounds(cfg, plan[:2] if quick and layout == "2t" else plan, layout)
                     for layout in ("2p", "2t")}
     inproc = {layout: inprocess_rounds(cfg, rounds, *INPROCESS[layout]) for layout in INPROCESS}
-    run = flwr_run(cfg) if flwr else None
+    # `flwr run` in the faster layout: a client's CPUs are its torch threads (num-threads 0)
+    run = flwr_run(cfg, num_cpus=INPROCESS[fastest_layout(inproc)][1]) if flwr else None
     old = flwr_run_as_before(cfg, before, BEFORE_TIMEOUT) if before else None
     floor_after = {layout: floor_rounds(cfg, plan, layout) for layout in ("2p", "2t") if not quick or layout == "2p"}
     floors = {k: statistics.median(floor_before[k] + floor_after.get(k, [])) for k in floor_before}
@@ -188,11 +191,15 @@ def measure(strategy: str, rounds: int, local: int | None = None, before: str | 
     return out
 
 
+def fastest_layout(inproc: dict[str, list[float]]) -> str:
+    return min(inproc, key=lambda t: statistics.median(inproc[t]))
+
+
 def row(strategy: str, cfg: dict, floor_s: float, layout: str, floor_before: dict, floor_after: dict,
         inproc: dict[str, list[float]], run: dict | None) -> dict:
     """One JSON line: the medians, their ratios to the floor, and what they were taken from
     (the floor's and the in-process engine's faster layout)."""
-    fastest = min(inproc, key=lambda t: statistics.median(inproc[t]))
+    fastest = fastest_layout(inproc)
     inprocess_s = statistics.median(inproc[fastest])
     workers, threads = INPROCESS[fastest]
     flwr_s = statistics.median(run["train"][1:]) if run else None
@@ -202,9 +209,11 @@ def row(strategy: str, cfg: dict, floor_s: float, layout: str, floor_before: dic
             "inprocess_ratio": inprocess_s / floor_s, "flwr_run_ratio": flwr_s and flwr_s / floor_s,
             "floor_layout": {"2p": "2 processes x 1 thread", "2t": "1 process x 2 threads"}[layout],
             "floor_rounds_before": floor_before, "floor_rounds_after": floor_after,
-            "inprocess_layout": f"{workers} worker processes x {threads} thread" if workers > 1
-            else f"1 process x {threads} thread",
+            "inprocess_layout": f"{workers} worker processes x 1 thread" if workers > 1
+            else f"1 process x {threads} threads",
             "inprocess_rounds": inproc,
+            "flwr_run_layout": (f"{2 // threads} Ray workers x 1 thread" if threads == 1 else
+                                f"1 Ray worker x {threads} threads") if flwr_s else None,
             "flwr_run_rounds": run["train"], "flwr_run_cpu_rounds": run["cpu"],
             "shutdown_s": run["wall"] - run["to-first-round"] - run["in-rounds"] if flwr_s else None,
             "worker_nice": run["worker-nice"],
