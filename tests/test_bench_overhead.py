@@ -75,3 +75,19 @@ def test_json_line_without_flwr_run():
     assert out["inprocess_ratio"] == 1.05 and out["inprocess_layout"] == "1 process x 2 threads"
     assert out["flwr_run_round_s"] is None and out["flwr_run_ratio"] is None and out["startup_s"] is None
     assert out["flwr_run_layout"] is None
+
+
+def test_quick_measures_fedavg_and_pefll_and_the_full_run_fedsmoo_too(monkeypatch):
+    from simulations.bench import overhead
+
+    seen = []
+    monkeypatch.setattr(overhead, "measure", lambda strategy, rounds, *args: seen.append((strategy, rounds)) or {})
+    monkeypatch.setattr(overhead, "emit", lambda line, out: None)
+    overhead.main(["--quick"])
+    assert seen == [("fedavg", 5), ("pefll", 6)]  # under 5 minutes on the quiet machine
+    seen.clear()
+    overhead.main([])
+    assert seen == [("fedavg", 10), ("pefll", 12), ("fedsmoo", 8)]
+    seen.clear()
+    overhead.main(["--quick", "--strategies", "fedsmoo"])
+    assert seen == [("fedsmoo", 4)]
