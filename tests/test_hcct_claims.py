@@ -137,6 +137,9 @@ def test_authors_cifar10_reference_keeps_the_runs_that_reached_epoch_50():
     two = authors_cifar10([row("hcct", 50, 36.5), {**row("hcct", 50, 40.5), "seed": 1, "seconds-per-epoch": 40.0}])
     assert two["hcct"] == 0.385 and two["hcct-per-seed"] == {"0": 0.365, "1": 0.405}  # the mean of the seeds
     assert two["seeds"] == [0, 1] and two["hcct-seconds-per-epoch"] == 35.0
+    mixed = authors_cifar10([row("hcct", 50, 36.5), {**row("hcct", 50, 40.5), "seed": 1}, row("global", 50, 45.0)])
+    assert mixed["seeds"] == [0] and mixed["hcct"] == 0.365  # seed 1 has no Global run: not in the means
+    assert mixed["hcct-per-seed"] == {"0": 0.365, "1": 0.405}
 
 
 def test_collect_and_authors_log_merge_into_the_stored_rows(tmp_path, monkeypatch):

@@ -86,7 +86,8 @@ def main() -> None:
         print(json.dumps(rows, indent=1))
     else:
         stored = json.loads(a.into.read_text()) if a.into.exists() else []
-        a.into.write_text(json.dumps(merge(stored, rows), indent=1) + "\n")
+        # one run per line, as claims.py's collect writes: the per-epoch groups would take thousands of lines
+        a.into.write_text("[\n" + ",\n".join(json.dumps(r) for r in merge(stored, rows)) + "\n]\n")
 
 
 if __name__ == "__main__":
