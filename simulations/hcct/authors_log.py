@@ -71,6 +71,12 @@ def merge(stored: list[dict], new: list[dict]) -> list[dict]:
     return [*(r for r in stored if key(r) not in fresh), *new]
 
 
+def write_rows(path: Path, rows: list[dict]) -> None:
+    """A summary file, one run per line: the per-epoch groups and client errors would take thousands of
+    lines indented."""
+    path.write_text("[\n" + ",\n".join(json.dumps(r) for r in rows) + "\n]\n")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seed", type=int, help="the --seed the runs were given, recorded in every row")
@@ -86,8 +92,7 @@ def main() -> None:
         print(json.dumps(rows, indent=1))
     else:
         stored = json.loads(a.into.read_text()) if a.into.exists() else []
-        # one run per line, as claims.py's collect writes: the per-epoch groups would take thousands of lines
-        a.into.write_text("[\n" + ",\n".join(json.dumps(r) for r in merge(stored, rows)) + "\n]\n")
+        write_rows(a.into, merge(stored, rows))
 
 
 if __name__ == "__main__":

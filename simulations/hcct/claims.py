@@ -22,7 +22,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # run as a script: simulations/ importable
 
-from simulations.hcct.authors_log import merge  # noqa: E402
+from simulations.hcct.authors_log import merge, write_rows  # noqa: E402
 SUMMARIES = ROOT / "simulations" / "hcct" / "summaries"
 
 # Table II of the paper (test error % after 10 epochs): clients 1-3, mean, std over the clients.
@@ -92,8 +92,7 @@ def collect(runs: Path) -> None:
                 if name == "arrivals":
                     r["error-per-epoch"] = [[x["round"], round(100 * (1 - np.mean(list(x["fed-client-accuracy"].values()))), 4)]
                                             for x in history if "fed-client-accuracy" in x]
-        # one run per line: the per-epoch groups and client errors would take thousands of lines indented
-        (SUMMARIES / f"{name}.json").write_text("[\n" + ",\n".join(json.dumps(r) for r in out) + "\n]\n")
+        write_rows(SUMMARIES / f"{name}.json", out)
         print(f"{runs / name}[-chain*] -> {SUMMARIES / name}.json ({len(found)} runs found, {len(out)} in all)")
 
 
@@ -250,6 +249,16 @@ def softmax_note(rs: list[dict]) -> str:
             f"Global {m['global']:.2f}%, gap {m['hcct'] - m['global']:.2f} points (not part of this claim's reading)")
 
 
+def first_ten(by: dict[int, dict]) -> dict[int, float]:
+    """Per N_new, the mean error after the last epoch of the 10 clients present from the first epoch."""
+    return {n: float(np.mean([r["client-error"][str(p)] for p in range(10)])) for n, r in by.items()}
+
+
+def falls(final: dict[int, float]) -> bool:
+    """The arrival claim's reading: the final error falls with each larger N_new (0 > 1 > 2)."""
+    return len(final) == 3 and final[0] > final[1] > final[2]
+
+
 def authors_arrivals(rs: list[dict]) -> tuple[dict | None, list[str]]:
     """The authors' main_cluster.py with --goal n_new (summaries/authors-arrivals.json): their error after
     epoch 50 per N_new, over all present clients and over the first 10, and every group of more than one
@@ -257,14 +266,14 @@ def authors_arrivals(rs: list[dict]) -> tuple[dict | None, list[str]]:
     by = {int(r["method"].removeprefix("hcct-new")): r for r in rs if r["epochs"] == 50}
     if not by:
         return None, []
-    first10 = {n: float(np.mean([r["client-error"][str(p)] for p in range(10)])) for n, r in by.items()}
+    first10 = first_ten(by)
     merged = {n: sorted({show([g]) for groups in r.get("groups-per-epoch", []) for g in groups if len(g) > 1})
               for n, r in by.items()}
     final = {n: r["error"] for n, r in by.items()}
     ref = {**{str(n): frac(v) for n, v in sorted(final.items())},
            "first-10-clients": {str(n): frac(v) for n, v in sorted(first10.items())},
            "groups-of-several": {str(n): g for n, g in sorted(merged.items())},
-           "holds-in-their-code": len(final) == 3 and final[0] > final[1] > final[2],
+           "holds-in-their-code": falls(final),
            "seeds": sorted({r["seed"] for r in by.values()}),
            "code": "hiyuchang/HCCT 5c5b4d53 main_cluster.py, unmodified: --dataset cifar --model cnn4 --epochs 50 "
                    "--num_users 20 --imb_type halfnormal --alpha 1 --train_ratio 0.2 --goal n_new --n_new N",
@@ -288,7 +297,7 @@ def arrivals(rs: list[dict], authors: list[dict] = ()) -> tuple[dict | None, str
         return None, "(not run)"
     lines = ["| N_new | clients at the end | " + " | ".join(f"epoch {e}" for e in range(10, 51, 10))
              + " | epoch 50, the first 10 clients | best epoch per client | s/epoch |", "|---|---|" + "---|" * 8]
-    first10 = {n: float(np.mean([r["client-error"][str(p)] for p in range(10)])) for n, r in by.items()}
+    first10 = first_ten(by)
     joins = []
     for n, r in sorted(by.items()):
         err = dict((int(e), v) for e, v in r["error-per-epoch"])
@@ -304,7 +313,7 @@ def arrivals(rs: list[dict], authors: list[dict] = ()) -> tuple[dict | None, str
                     placed = next((show([g]) for g in (epochs[e] if e < len(epochs) else []) if pid in g), "-")
                     joins.append(f"N_new = {n}: client {pid + 1} arrives in epoch {e}, in epoch {e + 1} in {placed}")
                 seen.add(pid)
-    reference, authors_lines = authors_arrivals(list(authors))
+    reference, authors_lines = authors_arrivals(authors)
     lines += authors_lines
     final = {n: r["error"] for n, r in by.items()}
     claim = {
@@ -319,7 +328,7 @@ def arrivals(rs: list[dict], authors: list[dict] = ()) -> tuple[dict | None, str
                  "metric": "mean over the clients present of the local test error after epoch 50"},
         "reference_code": reference,
         "seeds": [0],
-        "holds": len(final) == 3 and final[0] > final[1] > final[2],
+        "holds": falls(final),
         "setting": "simulations/hcct/arrivals",
         "command": "/work/bin/heavy python -m simulations.run simulations/hcct/arrivals/hcct-new0.toml (new1, new2) "
                    "--seeds 0 --out /work/runs/hcct/arrivals; python simulations/hcct/claims.py collect /work/runs/hcct",
