@@ -40,10 +40,13 @@ class PeFLLClient(FedClient):
     def descriptor_batch(self, server_round: int, size: int) -> torch.Tensor:
         """Indices of the step's batch B, seeded by run, step and client."""
         self.generator.manual_seed((self.cfg.seed * 1_000_003 + server_round) * 10_007 + self.data.pid)
-        return torch.randperm(len(self.data.train_y), generator=self.generator)[:size]
+        g = self.generator  # on the client's device: the indices are drawn there
+        return torch.randperm(len(self.data.train_y), generator=g, device=g.device)[:size]
 
     def batch_tensors(self, idx: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         d = self.data
+        if idx is not None:
+            idx = idx.to(d.train_x.device)
         x, y = (d.train_x, d.train_y) if idx is None else (d.train_x[idx], d.train_y[idx])
         return prepare(x.to(self.device), d.mean, d.std), y.to(self.device)
 

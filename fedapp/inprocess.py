@@ -6,7 +6,10 @@ serialised both ways so the clients see what a real transport delivers.
 
 The clients of an exchange run one after another in this process (``local-workers = 1``), or
 in a pool of worker processes (``local-workers = n``; 0: one per CPU), forked from this one,
-each with the cores shared out (``num-threads`` 0: CPUs / workers torch threads). A worker
+each with the cores shared out (``num-threads`` 0: CPUs / workers torch threads). Where the
+clients train on a GPU the workers are spawned instead and import fedapp's ClientApp by name
+(CUDA cannot be used in a process forked from one that has initialised it, and forked workers
+were seen to hang on an H200); they share the card as Ray's actors do. A worker
 gets the node's context with the message and hands it back with the reply, so client state
 lives here as in the serial engine. Every training and evaluation message seeds torch's
 global generator before it builds its model (``fedapp.client_app.make_client``) and a
@@ -17,6 +20,7 @@ threads per client, the parallel engine's run is bit-identical to the serial one
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing as mp
 import os
 import time
@@ -77,12 +81,31 @@ def workers_of(run_config: Mapping[str, Any]) -> int:
 
 # ---- worker processes ------------------------------------------------------------------------------
 _WORKER_APP: ClientApp | None = None
+#: fedapp's ClientApp, as a spawned worker imports it
+APP_REF = "fedapp.client_app:app"
 
 
-def _init_worker(client_app: ClientApp, threads: int) -> None:
+def _init_worker(client_app: ClientApp | str, threads: int, identity: tuple[int, int, int]) -> None:
+    """``client_app``: the app itself, inherited through fork (never pickled), or ``module:name``;
+    ``identity``: the task identity messages are made under (a spawned worker inherits none)."""
     global _WORKER_APP
-    _WORKER_APP = client_app  # inherited through fork, never pickled
+    if isinstance(client_app, str):
+        module, name = client_app.split(":")
+        client_app = getattr(importlib.import_module(module), name)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = identity
+    _WORKER_APP = client_app
     torch.set_num_threads(threads)
+
+
+def start_method(client_app: ClientApp, run_config: Mapping[str, Any]) -> tuple[str, ClientApp | str]:
+    """How the workers start, and the app they are given: spawned with ``APP_REF`` for fedapp's
+    ClientApp training on CUDA, else forked with the app itself (the platform's default start
+    where it cannot fork)."""
+    from fedapp.client_app import app
+
+    if client_app is app and run_config.get("device", "auto") != "cpu" and torch.cuda.is_available():
+        return "spawn", APP_REF
+    return ("fork" if "fork" in mp.get_all_start_methods() else mp.get_start_method()), client_app
 
 
 def _work(blob: bytes, metadata: dict, context: Context) -> tuple[str, Any, Context]:
@@ -134,14 +157,15 @@ class InProcessGrid(Grid):
         return list(self.contexts)
 
     def pool(self) -> Executor:
-        """The worker processes, forked at the first exchange and kept until ``close``."""
+        """The worker processes, started at the first exchange (``start_method``) and kept until ``close``."""
         if self._pool is None:
             threads = int(self.run_config.get("num-threads", 0))
             if threads:  # this process too, as the serial engine's first client would set it
                 torch.set_num_threads(threads)
-            ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else None)
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_init_worker,
-                                             initargs=(self.client_app, threads or max(1, cores() // self.workers)))
+            method, app = start_method(self.client_app, self.run_config)
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context(method), initializer=_init_worker,
+                                             initargs=(app, threads or max(1, cores() // self.workers),
+                                                       (TaskIdentity.task_id, self.run_id, SUPERLINK_NODE_ID)))
         return self._pool
 
     def close(self) -> None:

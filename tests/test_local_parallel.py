@@ -45,3 +45,26 @@ def test_a_nodes_messages_run_in_turn_with_its_context():
     grid.close()
     assert [r.content["m"]["n"] for r in replies] == [1, 2, 1, 3]
     assert grid.contexts[101].state["n"]["n"] == 3
+
+
+def test_gpu_runs_spawn_workers_that_import_the_app(small_config, monkeypatch):
+    """Where the clients would train on CUDA the workers are spawned, not forked, and import
+    fedapp's ClientApp by name; the run is still the serial one (here on the CPU: torch in the
+    spawned workers finds no GPU)."""
+    import fedapp.inprocess as inprocess
+
+    cfg = {**small_config, "strategy": "fedavg", "num-server-rounds": 1, "num-threads": 1, "device": "auto"}
+    serial = run_local({**cfg, "local-workers": 1})
+    assert inprocess.start_method(app, cfg)[0] == "fork"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert inprocess.start_method(app, cfg) == ("spawn", inprocess.APP_REF)
+    assert inprocess.start_method(app, {**cfg, "device": "cpu"})[0] == "fork"
+    other = object()  # any other app is forked, never pickled
+    assert inprocess.start_method(other, cfg) == ("fork", other)
+    methods = []
+    real = inprocess.mp.get_context
+    monkeypatch.setattr(inprocess.mp, "get_context", lambda m=None: methods.append(m) or real(m))
+    spawned = run_local({**cfg, "local-workers": 2})
+    assert methods == ["spawn"]
+    for k, v in serial.global_state.items():
+        assert torch.equal(spawned.global_state[k], v), k

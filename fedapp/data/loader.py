@@ -133,5 +133,6 @@ class BatchLoader:
         flip = torch.rand(k, generator=g, device=g.device) < 0.5
         if self.recipe == "standard":
             return prepare(crop_flip(x, offsets[0], offsets[1], flip), self.mean, self.std)
-        offsets[:, torch.rand(k, generator=g, device=g.device) < 0.5] = PAD  # the centre: not shifted
+        # the centre (not shifted) with p 0.5; a where, not a boolean index, which would wait for the GPU
+        offsets = torch.where(torch.rand(k, generator=g, device=g.device) < 0.5, PAD, offsets)
         return crop_flip(prepare(x, self.mean, self.std), offsets[0], offsets[1], flip)

@@ -11,6 +11,7 @@ backward and step alone on batches made beforehand.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 from common import BASE, fmt, load, record, stats
@@ -20,19 +21,21 @@ import torch.nn.functional as F
 
 from fedapp.config import parse_run_config
 from fedapp.data.loader import PAD, crop_flip, prepare
-from fedapp.experiment import client_data
+from fedapp.experiment import client_data, device_of
 from fedapp.models import build_model
 
 
 def batches(d, steps: int, bs: int, g: torch.Generator, channels_last: bool = False) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """``channels_last``: laid out NHWC, as the app's loader hands them to the model (run config channels-last)."""
+    """Drawn on the generator's device, where ``d``'s tensors are (as the app's loader draws them on
+    the client's device). ``channels_last``: laid out NHWC, as the app's loader hands them to the model
+    (run config channels-last)."""
     out = []
     for _ in range(steps):
-        idx = torch.randint(len(d.train_y), (bs,), generator=g)
+        idx = torch.randint(len(d.train_y), (bs,), generator=g, device=g.device)
         x = d.train_x[idx]
         if d.augment:
-            off = torch.randint(0, 2 * PAD + 1, (2, bs), generator=g)
-            x = crop_flip(x, off[0], off[1], torch.rand(bs, generator=g) < 0.5)
+            off = torch.randint(0, 2 * PAD + 1, (2, bs), generator=g, device=g.device)
+            x = crop_flip(x, off[0], off[1], torch.rand(bs, generator=g, device=g.device) < 0.5)
         x = prepare(x, d.mean, d.std)
         out.append((x.contiguous(memory_format=torch.channels_last) if channels_last and x.dim() == 4 else x,
                     d.train_y[idx]))
@@ -55,15 +58,29 @@ def sam_gradient(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, rho: 
             p.copy_(w)
 
 
+def on(d, dev: torch.device):
+    """A client's data on ``dev`` (its normalisation too, so no batch copies it there)."""
+    if dev.type == "cpu":
+        return d
+    return dataclasses.replace(d, train_x=d.train_x.to(dev), train_y=d.train_y.to(dev),
+                               mean=torch.tensor(d.mean, device=dev), std=torch.tensor(d.std, device=dev))
+
+
 def one_round(clients, cfg, prebuilt: bool, g: torch.Generator, sam_rho: float = 0.0) -> tuple[float, float]:
     """(wall, CPU) seconds for every client's local steps (batches made beforehand are not timed);
-    with ``sam_rho`` each step is a SAM step (two forward and backward passes)."""
+    with ``sam_rho`` each step is a SAM step (two forward and backward passes). On a GPU
+    (``cfg.device``), as the app's client does each message: the client's data and model moved
+    there, batches drawn there, and one wait for the GPU at the end of each client's steps."""
     steps, bs, nhwc = cfg.local_steps, cfg.batch_size, cfg.channels_last
-    ready = [batches(d, steps, bs, g, nhwc) for d in clients] if prebuilt else None
+    dev = device_of(cfg)
+    if dev.type != "cpu":  # a generator on the device, seeded from the host's
+        g = torch.Generator(dev).manual_seed(int(torch.randint(2**62, (), generator=g)))
+    ready = [batches(on(d, dev), steps, bs, g, nhwc) for d in clients] if prebuilt else None
     t0, c0 = time.perf_counter(), time.process_time()
     for i, d in enumerate(clients):
         torch.manual_seed(cfg.seed)
-        model = build_model(cfg.model, tuple(d.train_x.shape[1:]), d.num_classes)
+        d = on(d, dev)
+        model = build_model(cfg.model, tuple(d.train_x.shape[1:]), d.num_classes).to(dev)
         opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
         for x, y in ready[i] if prebuilt else batches(d, steps, bs, g, nhwc):
             opt.zero_grad()
@@ -72,6 +89,8 @@ def one_round(clients, cfg, prebuilt: bool, g: torch.Generator, sam_rho: float =
             else:
                 F.cross_entropy(model(x), y).backward()
             opt.step()
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
     return time.perf_counter() - t0, time.process_time() - c0
 
 

@@ -62,6 +62,8 @@ QUICK_ROUNDS = {"fedavg": 5, "pefll": 6, "fedsmoo": 4}
 #: in-process layouts on the two cores, the floor's two: (worker processes, torch threads per client);
 #: 1 worker is the serial engine. Its one-thread layout (one core) was never the faster one.
 INPROCESS = {"2x1": (2, 1), "1x2": (1, 2)}
+#: the floor's layouts on the two cores: two one-thread processes, one process with two threads
+FLOOR = {"2p": (2, 1), "2t": (1, 2)}
 #: seconds a `--before` run may take before it is stopped (its finished rounds still count)
 BEFORE_TIMEOUT = 300.0
 
@@ -122,13 +124,12 @@ def _train(pids: list[int]) -> float:
     return one_round([_CLIENTS["data"][p] for p in pids], _CLIENTS["cfg"], False, g, _CLIENTS["rho"])[0]
 
 
-def floor_rounds(cfg: dict, plan: list[list[int]], layout: str) -> list[float]:
-    """Seconds of each round of ``plan`` as a bare loop: ``2p`` two one-thread processes,
-    ``2t`` one process with two threads. The first round is a warm-up, not returned."""
-    procs, threads = (2, 1) if layout == "2p" else (1, 2)
+def floor_rounds(cfg: dict, plan: list[list[int]], procs: int, threads: int) -> list[float]:
+    """Seconds of each round of ``plan`` as a bare loop in ``procs`` processes of ``threads`` torch
+    threads (``FLOOR``'s layouts). The first round is a warm-up, not returned."""
     ctx = mp.get_context("spawn")
     with ctx.Pool(procs, initializer=_init_worker, initargs=(cfg, threads)) as pool:
-        pool.map(_train, split(plan[0][:2], procs))  # warm-up: imports, allocator, first batches
+        pool.map(_train, split(plan[0][:procs], procs))  # warm-up: imports, allocator, first batches
         out = []
         for pids in plan[1:]:
             t0 = time.perf_counter()
@@ -172,13 +173,13 @@ def measure(strategy: str, rounds: int, local: int | None = None, before: str | 
     if local:
         cfg.update({"local-steps": local, "pefll.k": local})
     plan = floor_plan(cfg, rounds)
-    floor_before = {layout: floor_rounds(cfg, plan[:2] if quick and layout == "2t" else plan, layout)
-                    for layout in ("2p", "2t")}
+    floor_before = {layout: floor_rounds(cfg, plan[:2] if quick and layout == "2t" else plan, *FLOOR[layout])
+                    for layout in FLOOR}
     inproc = {layout: inprocess_rounds(cfg, rounds, *INPROCESS[layout]) for layout in INPROCESS}
     # `flwr run` in the faster layout: a client's CPUs are its torch threads (num-threads 0)
     run = flwr_run(cfg, num_cpus=INPROCESS[fastest_layout(inproc)][1]) if flwr else None
     old = flwr_run_as_before(cfg, before, BEFORE_TIMEOUT) if before else None
-    floor_after = {layout: floor_rounds(cfg, plan, layout) for layout in ("2p", "2t") if not quick or layout == "2p"}
+    floor_after = {layout: floor_rounds(cfg, plan, *FLOOR[layout]) for layout in FLOOR if not quick or layout == "2p"}
     floors = {k: statistics.median(floor_before[k] + floor_after.get(k, [])) for k in floor_before}
     layout = min(floors, key=floors.get)
     out = row(strategy, cfg, floors[layout], layout, floor_before, floor_after, inproc, run)
