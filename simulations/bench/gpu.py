@@ -15,7 +15,7 @@
 Every measurement that touches CUDA runs in a fresh process (the in-process engine forks its
 workers, which a process that has used CUDA cannot do).
 
-    python -m simulations.bench.gpu --out gpu.jsonl          # about 5 minutes on an H100 / H200
+    python -m simulations.bench.gpu --out gpu.jsonl          # on an H200: the waits 2.5 min, each timed strategy 1.5 min at --rounds 4
     python -m simulations.bench.gpu --device cpu --rounds 2 --local-steps 2   # the same code path, no GPU
 """
 
@@ -44,7 +44,7 @@ SYNC_STRATEGIES = {
     # FedSMOO's setting trains with the authors' simulator's augmentation (its random centring)
     "fedsmoo": {"augment-recipe": "fl-simulator"},
     "scaffold": {},
-    "pefll": {"partition": "pfedhn", "partition-classes": 2, "num-clients": 4, "pefll.k": None},
+    "pefll": {"partition": "pfedhn", "partition-classes": 2, "num-clients": 4},
 }
 #: workers sharing the card: processes of the floor and the in-process engine, Ray's 1 / num-gpus
 SHARING = 4
@@ -110,13 +110,10 @@ def sync_line(strategy: str, device: str, tmp: str) -> dict:
     base = {"strategy": strategy, "num-clients": 2, "num-server-rounds": 1, "batch-size": 32, "device": device,
             "dataset": "cifar10", "partition": "iid", "model": "lenet", "fraction-evaluate": 1.0, "central-eval": False,
             "checkpoint-every": 0, "results-dir": tmp, "seed": 0}
-    extra = dict(SYNC_STRATEGIES[strategy])
     out = {"check": "syncs", "strategy": strategy}
-    for steps in (4, 16):
-        cfg = {**base, **{k: v for k, v in extra.items() if v is not None}, "local-steps": steps,
+    for steps in (4, 16):  # PeFLL's local steps are its k
+        cfg = {**base, **SYNC_STRATEGIES[strategy], "local-steps": steps, "pefll.k": steps,
                "run-name": f"syncs-{strategy}-{steps}"}
-        if "pefll.k" in extra:
-            cfg["pefll.k"] = steps
         out[f"steps_{steps}"] = isolated(count_syncs, cfg)
     per = {s: [m["syncs"] for m in out[f"steps_{s}"]] for s in (4, 16)}
     out["per_step"] = [(b - a) / 12 for a, b in zip(per[4], per[16])]
