@@ -1,9 +1,9 @@
 """Flower's simulation engine hands the ServerApp's messages to the clients on a timer: one thread
 scans every node's queue, then waits 0.1 s (``add_messages_to_queue`` in
-``flwr.server.superlink.fleet.vce.vce_api``, not configurable). The ServerApp pushes shortly after
-a scan (it has just pulled the replies that scans brought), so an exchange waits most of the 0.1 s
-before its first client starts: a training exchange of two clients doing one step each took 94 ms,
-34 ms with this module (docs/performance.md, change 29); PeFLL makes three exchanges a step.
+``flwr.server.superlink.fleet.vce.vce_api``, not configurable). Each exchange waits up to 0.1 s
+before its first client starts, 50 ms on average; where the clients' work is short the next push
+comes soon after a scan and waits most of it: a training exchange of two clients doing one step each
+took 94 ms, 34 ms with this module (docs/performance.md, change 29). PeFLL makes three exchanges a step.
 
 ``wake`` ends that wait as soon as the ServerApp has pushed an exchange: the scanner thread's
 stop event gets a ``wait`` that returns when the ServerApp pushes (or after the same 0.1 s). The
