@@ -1,0 +1,449 @@
+"""The papers' tables, declared once per paper and rebuilt from committed run summaries.
+
+Every paper's folder ``simulations/<paper>/`` has the same parts:
+
+* its settings: plain run-config files (``flwr run . --run-config FILE`` runs one), one per table
+  column and scale (a file name may hold ``{method}`` where a setting has one file per method);
+* ``tables.py``: ``PAPER``, a :class:`Paper` declaring its tables (settings x methods x seeds, the
+  metric and how it reads, the paper's numbers) and its claims;
+* ``summaries/<table>/<column>/<scale>.json``: the condensed summaries of the runs the page quotes
+  (one row a run: method, seed, the table's metric, its curve), and ``authors.json`` beside them for
+  the authors' code on the same setting where it was run;
+* the drivers of the authors' code (their checkout and venv from arguments or environment variables);
+* ``README.md``: the paper's results page, whose tables sit between ``<!-- table ... -->`` markers;
+* ``claims.json`` and one ``<table>.png`` a table: written by :func:`build` from the summaries alone.
+
+``python -m simulations.run <paper> <table> --column C --scale cpu`` runs a table (simulations/run.py);
+``python -m simulations.tables [PAPER ...] [--check]`` rebuilds the claims files, the plots and the
+pages' tables from the committed summaries (``--check``: say what differs, change nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import re
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPERS = ("fedsmoo", "fedals", "pefll", "hcct")
+SCALES = ("paper", "cpu", "smoke")
+KINDS = ("learning", "bookkeeping", "construction", "code-equality")
+CLAIM_KEYS = ("id", "kind", "claim", "paper", "ours", "reference_code", "seeds", "holds", "note", "setting",
+              "command")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """What a table reports of one run: ``of(round row)`` read on the evaluated rounds, then reduced.
+
+    ``reduce``: ``last`` (the last evaluation), ``best``, ``mean-last-K`` (mean of the last K
+    evaluations) or ``at-R`` (the evaluation of round R). Values are stored as the history holds them
+    (accuracies as fractions) and shown times ``show``; ``higher`` says which way is better.
+    """
+
+    key: str
+    label: str
+    reduce: str = "last"
+    higher: bool = True
+    show: float = 100.0
+    of: Callable[[Mapping[str, Any]], float | None] | None = None
+
+    def read(self, row: Mapping[str, Any]) -> float | None:
+        value = self.of(row) if self.of else row.get(self.key)
+        return None if value is None else float(value)
+
+    def curve(self, history: list[dict]) -> list[list[float]]:
+        points = [(r["round"], self.read(r)) for r in history if r.get("round", 0) > 0]
+        return [[rnd, round(v, 6)] for rnd, v in points if v is not None]
+
+    def value(self, curve: list[list[float]]) -> float | None:
+        if not curve:
+            return None
+        if self.reduce == "last":
+            return curve[-1][1]
+        if self.reduce == "best":
+            return (max if self.higher else min)(v for _, v in curve)
+        if self.reduce.startswith("mean-last-"):
+            k = int(self.reduce.removeprefix("mean-last-"))
+            return statistics.fmean(v for _, v in curve[-k:]) if len(curve) >= k else None
+        if self.reduce.startswith("at-"):
+            at = int(self.reduce.removeprefix("at-"))
+            return next((v for rnd, v in curve if rnd == at), None)
+        raise ValueError(f"metric {self.key}: unknown reduce {self.reduce!r}")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column (or setting) of a table: its run-config file per scale, relative to the paper's folder,
+    and the paper's number per method in the metric's shown units (None: the paper has none)."""
+
+    label: str
+    settings: Mapping[str, str]
+    paper: Mapping[str, float | None] = field(default_factory=dict)
+    paper_sd: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A paper table: ``methods`` maps a method's name to its run-config layer (a dict of keys, or a
+    run-config file relative to the paper's folder); ``seeds`` the default seeds per scale; ``smoke``
+    the keys layered on the cpu setting to make the smoke scale (the same pipeline in seconds);
+    ``extra(history)`` more fields kept in each run's summary row; ``paper_seeds`` how many seeds the
+    paper's numbers average."""
+
+    title: str
+    metric: Metric
+    methods: Mapping[str, Mapping[str, Any] | str]
+    columns: Mapping[str, Column]
+    seeds: Mapping[str, list[int]]
+    smoke: Mapping[str, Any] = field(default_factory=dict)
+    paper_seeds: int | None = None
+    extra: Callable[[list[dict]], dict] | None = None
+    more: Mapping[str, Metric] = field(default_factory=dict)
+
+    def metric_of(self, name: str | None) -> Metric:
+        return self.metric if name is None else self.more[name]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    holds: bool
+    ours: dict
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A sentence of the paper checked on our runs. ``check(results)`` gives the verdict from the
+    summaries of ``table`` / ``column`` at ``scale``; ``paper`` and ``reference`` are what the page
+    quotes beside ours (``reference`` defaults to the authors' code summary of that column)."""
+
+    id: str
+    kind: str
+    claim: str
+    check: Callable[[Results], Verdict]
+    table: str
+    column: str
+    scale: str = "cpu"
+    paper: dict | None = None
+    reference: Callable[[Results], dict | None] | None = None
+
+
+@dataclass(frozen=True)
+class Paper:
+    name: str
+    title: str
+    link: str
+    tables: Mapping[str, Table]
+    claims: list[Claim] = field(default_factory=list)
+
+    @property
+    def folder(self) -> Path:
+        return ROOT / "simulations" / self.name
+
+
+def load(paper: str) -> Paper:
+    if paper not in PAPERS:
+        raise SystemExit(f"paper {paper!r}: not one of {', '.join(PAPERS)}")
+    return importlib.import_module(f"simulations.{paper}.tables").PAPER
+
+
+# --- one run's summary row and a table's results -------------------------------------------------
+
+def summarize(table: Table, history: list[dict]) -> dict:
+    """The condensed summary of one run: the table's metric, its curve, the values of its other metrics
+    (``more``) and the table's extra fields."""
+    def value(metric: Metric) -> float | None:
+        v = metric.value(metric.curve(history))
+        return None if v is None else round(v, 6)
+
+    row = {"value": value(table.metric), "rounds": max(r["round"] for r in history),
+           "curve": table.metric.curve(history)}
+    if table.more:
+        row["more"] = {name: value(m) for name, m in table.more.items()}
+    return row | (table.extra(history) if table.extra else {})
+
+
+@dataclass
+class Results:
+    """The rows of one (table, column, scale): ours by method and seed, and the authors' code's."""
+
+    paper: Paper
+    table_id: str
+    column_id: str
+    scale: str
+    rows: list[dict]
+    authors: list[dict]
+
+    @property
+    def table(self) -> Table:
+        return self.paper.tables[self.table_id]
+
+    @property
+    def column(self) -> Column:
+        return self.table.columns[self.column_id]
+
+    def values(self, method: str, rows: list[dict] | None = None, metric: str | None = None) -> dict[int, float]:
+        """Seed -> value of ``method``'s runs (the table's metric, or its other metric ``metric``)."""
+        got = {r["seed"]: r["value"] if metric is None else r.get("more", {}).get(metric)
+               for r in (self.rows if rows is None else rows) if r["method"] == method}
+        return {s: v for s, v in got.items() if v is not None}
+
+    def seeds(self, *methods: str, metric: str | None = None) -> list[int]:
+        """The seeds on which every one of ``methods`` (default: the table's) has a value."""
+        sets = [set(self.values(m, metric=metric)) for m in (methods or self.table.methods)]
+        return sorted(set.intersection(*sets)) if sets else []
+
+    def mean(self, method: str, seeds: list[int] | None = None, authors: bool = False,
+             metric: str | None = None) -> float | None:
+        vals = self.values(method, self.authors if authors else None, metric)
+        vals = [v for s, v in vals.items() if seeds is None or s in seeds]
+        return statistics.fmean(vals) if vals else None
+
+    def shown(self, value: float | None, metric: str | None = None) -> float | None:
+        return None if value is None else round(value * self.table.metric_of(metric).show, 2)
+
+    @property
+    def setting(self) -> str:
+        path = self.column.settings.get(self.scale if self.scale != "smoke" else "cpu", "")
+        return f"simulations/{self.paper.name}/{path}"
+
+    def command(self, seeds: list[int] | None = None) -> str:
+        seeds = seeds if seeds is not None else self.table.seeds.get(self.scale, [])
+        return (f"python -m simulations.run {self.paper.name} {self.table_id} --column {self.column_id} "
+                f"--scale {self.scale}" + (f" --seeds {' '.join(map(str, seeds))}" if seeds else ""))
+
+
+def summary_path(paper: Paper, table: str, column: str, scale: str) -> Path:
+    return paper.folder / "summaries" / table / column / f"{scale}.json"
+
+
+def read_rows(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["rows"] if path.exists() else []
+
+
+def results(paper: Paper, table: str, column: str, scale: str, rows: list[dict] | None = None) -> Results:
+    """Committed summaries (or ``rows``, a fresh run's) of one table column at one scale."""
+    folder = summary_path(paper, table, column, scale).parent
+    return Results(paper, table, column, scale,
+                   read_rows(folder / f"{scale}.json") if rows is None else rows,
+                   read_rows(folder / "authors.json"))
+
+
+# --- claim checks: the few shapes the papers' sentences take ----------------------------------------
+
+def best(method: str, among: list[str] | None = None, metric: str | None = None) -> Callable[[Results], Verdict]:
+    """``method`` has the best mean of ``among`` (default: every method of the table), on the seeds all ran."""
+    def check(res: Results) -> Verdict:
+        names = among or list(res.table.methods)
+        seeds = res.seeds(*names, metric=metric)
+        if not seeds:
+            return Verdict(False, {}, "no seed on which every method ran")
+        means = {m: res.mean(m, seeds, metric=metric) for m in names}
+        top = (max if res.table.metric_of(metric).higher else min)(means, key=means.get)
+        return Verdict(top == method, {m: res.shown(v, metric) for m, v in means.items()},
+                       f"best: {top}")
+    return check
+
+
+def ahead(a: str, b: str, by: float = 0.0, metric: str | None = None) -> Callable[[Results], Verdict]:
+    """``a``'s mean is better than ``b``'s by at least ``by`` points (shown units), on the seeds both ran."""
+    def check(res: Results) -> Verdict:
+        seeds = res.seeds(a, b, metric=metric)
+        if not seeds:
+            return Verdict(False, {}, f"no seed on which both {a} and {b} ran")
+        ma, mb = (res.shown(res.mean(m, seeds, metric=metric), metric) for m in (a, b))
+        gap = round(ma - mb if res.table.metric_of(metric).higher else mb - ma, 2)
+        return Verdict(gap > 0 and gap >= by, {a: ma, b: mb, "gap": gap},
+                       f"{a} ahead of {b} by {gap} points (asked: more than 0 and at least {by})")
+    return check
+
+
+def within(a: str, b: str, points: float, metric: str | None = None) -> Callable[[Results], Verdict]:
+    """``a``'s and ``b``'s means differ by at most ``points`` (shown units), on the seeds both ran."""
+    def check(res: Results) -> Verdict:
+        seeds = res.seeds(a, b, metric=metric)
+        if not seeds:
+            return Verdict(False, {}, f"no seed on which both {a} and {b} ran")
+        ma, mb = (res.shown(res.mean(m, seeds, metric=metric), metric) for m in (a, b))
+        gap = round(abs(ma - mb), 2)
+        return Verdict(gap <= points, {a: ma, b: mb, "gap": gap}, f"{gap} points apart (asked: at most {points})")
+    return check
+
+
+def matches_authors(methods: list[str], points: float, metric: str | None = None) -> Callable[[Results], Verdict]:
+    """Each method's mean is within ``points`` of the authors' code's mean on the same setting (all seeds
+    each side ran: the two codes draw different data for one seed)."""
+    def check(res: Results) -> Verdict:
+        ours, theirs, gaps = {}, {}, {}
+        for m in methods:
+            ours[m] = res.shown(res.mean(m, metric=metric), metric)
+            theirs[m] = res.shown(res.mean(m, authors=True, metric=metric), metric)
+            if ours[m] is None or theirs[m] is None:
+                return Verdict(False, {"ours": ours, "authors": theirs}, f"{m}: no run on one side")
+            gaps[m] = round(ours[m] - theirs[m], 2)
+        worst = max(abs(g) for g in gaps.values())
+        return Verdict(worst <= points, {"ours": ours, "authors": theirs, "gap": gaps},
+                       f"largest gap {worst} points (asked: at most {points})")
+    return check
+
+
+# --- the built artefacts: claims, tables, plots ---------------------------------------------------
+
+def authors_reference(res: Results) -> dict | None:
+    if not res.authors:
+        return None
+    methods = sorted({r["method"] for r in res.authors})
+    return {"means": {m: res.shown(res.mean(m, authors=True)) for m in methods},
+            "seeds": sorted({r["seed"] for r in res.authors})}
+
+
+def claim_record(paper: Paper, claim: Claim, res: Results | None = None) -> dict:
+    """The claims-file record of ``claim``, on the committed summaries or on ``res`` (a fresh run's)."""
+    if claim.kind not in KINDS:
+        raise ValueError(f"claim {claim.id}: kind {claim.kind!r} is not one of {', '.join(KINDS)}")
+    res = res or results(paper, claim.table, claim.column, claim.scale)
+    verdict = claim.check(res)
+    seeds = res.seeds(*[m for m in res.table.methods if res.values(m)])
+    column = res.column
+    quoted = claim.paper if claim.paper is not None else (
+        {m: v for m, v in column.paper.items() if v is not None} or None)
+    return {"id": claim.id, "kind": claim.kind, "claim": claim.claim, "paper": quoted, "ours": verdict.ours,
+            "reference_code": (claim.reference or authors_reference)(res), "seeds": seeds,
+            "holds": bool(verdict.holds), "note": verdict.note, "setting": res.setting,
+            "command": res.command(seeds)}
+
+
+def claims(paper: Paper) -> list[dict]:
+    return [claim_record(paper, c) for c in paper.claims]
+
+
+def dumps(obj: Any) -> str:
+    """The one JSON form of every built file: stable order, 1-space indent, a final newline."""
+    return json.dumps(obj, indent=1, ensure_ascii=False) + "\n"
+
+
+def fmt(value: float | None, sd: float | None = None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}" + (f" ± {sd:.2f}" if sd is not None else "")
+
+
+def markdown(res: Results) -> str:
+    """paper | authors' code (where run) | ours, mean ± sd over the seeds, and the scale it ran at."""
+    metric, column = res.table.metric, res.column
+    have_authors = bool(res.authors)
+    head = ["method", "paper"] + (["authors' code"] if have_authors else []) + [f"ours ({res.scale})"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for m in res.table.methods:
+        vals = [v * metric.show for v in res.values(m).values()]
+        ours = fmt(round(statistics.fmean(vals), 2), round(statistics.stdev(vals), 2) if len(vals) > 1 else None) \
+            if vals else "-"
+        sd = column.paper_sd.get(m)
+        cells = [m, fmt(column.paper.get(m), sd)]
+        if have_authors:
+            theirs = [v * metric.show for v in res.values(m, res.authors).values()]
+            cells.append(fmt(round(statistics.fmean(theirs), 2)) if theirs else "-")
+        lines.append("| " + " | ".join(cells + [ours]) + " |")
+    seeds = res.seeds(*[m for m in res.table.methods if res.values(m)])
+    lines.append("")
+    lines.append(f"{column.label}; {metric.label}; ours at scale `{res.scale}`, seeds "
+                 f"{', '.join(map(str, seeds)) or '-'}" + (f"; the paper: {res.table.paper_seeds} seeds"
+                                                          if res.table.paper_seeds else "") + ".")
+    return "\n".join(lines)
+
+
+def plot(res: Results, path: Path) -> None:
+    """The metric against rounds, mean over seeds per method (the paper's number as a dotted line)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metric = res.table.metric
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for i, m in enumerate(res.table.methods):
+        curves = [r["curve"] for r in res.rows if r["method"] == m and r.get("curve")]
+        if not curves:
+            continue
+        rounds = sorted(set.intersection(*[{p[0] for p in c} for c in curves]))
+        means = [statistics.fmean(dict(map(tuple, c))[x] for c in curves) * metric.show for x in rounds]
+        line, = ax.plot(rounds, means, label=m, color=f"C{i % 10}")
+        if res.scale == "paper" and res.column.paper.get(m) is not None:
+            ax.axhline(res.column.paper[m], color=line.get_color(), linestyle=":", linewidth=0.8)
+    ax.set_xlabel("round")
+    ax.set_ylabel(metric.label)
+    ax.set_title(f"{res.paper.name} {res.table_id}: {res.column.label} ({res.scale})", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+
+
+MARKER = re.compile(r"<!-- table (\S+) (\S+) (\S+) -->\n.*?<!-- /table -->", re.S)
+
+
+def page(paper: Paper, text: str) -> str:
+    """The page with every ``<!-- table TABLE COLUMN SCALE -->`` block rebuilt from the summaries."""
+    def block(m: re.Match) -> str:
+        return f"<!-- table {m[1]} {m[2]} {m[3]} -->\n{markdown(results(paper, m[1], m[2], m[3]))}\n<!-- /table -->"
+    return MARKER.sub(block, text)
+
+
+def built(paper: Paper) -> dict[Path, str]:
+    """The text files :func:`build` writes, path -> content."""
+    out = {paper.folder / "claims.json": dumps(claims(paper))}
+    readme = paper.folder / "README.md"
+    if readme.exists():
+        out[readme] = page(paper, readme.read_text())
+    return out
+
+
+def plotted(paper: Paper) -> dict[Path, Results]:
+    """The plot of each table: its first column with committed cpu (else paper) summaries."""
+    plots = {}
+    for tid, table in paper.tables.items():
+        for cid in table.columns:
+            for scale in ("paper", "cpu"):
+                res = results(paper, tid, cid, scale)
+                if res.rows and tid not in {p.stem for p in plots}:
+                    plots[paper.folder / f"{tid}.png"] = res
+    return plots
+
+
+def build(paper: Paper, check: bool = False) -> list[str]:
+    """Write (or with ``check`` compare) the paper's claims file, page tables and plots; returns what differs."""
+    differs = []
+    for path, text in built(paper).items():
+        if not path.exists() or path.read_text() != text:
+            differs.append(str(path.relative_to(ROOT)))
+            if not check:
+                path.write_text(text)
+    if not check:
+        for path, res in plotted(paper).items():
+            plot(res, path)
+    return differs
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("papers", nargs="*", default=list(PAPERS), help=f"any of {', '.join(PAPERS)} (default: all)")
+    p.add_argument("--check", action="store_true", help="say which built files differ; write nothing")
+    args = p.parse_args(argv)
+    differs = [d for name in args.papers for d in build(load(name), check=args.check)]
+    for d in differs:
+        print(("differs: " if args.check else "wrote: ") + d)
+    if args.check and differs:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
