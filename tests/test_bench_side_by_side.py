@@ -8,6 +8,7 @@ import pytest
 
 from simulations.bench.side_by_side import (SETTINGS, fedapp_config, fedapp_rounds, fl_simulator_rounds, main, measured,
                                             pefll_step_times)
+from simulations.bench.startup import role
 
 
 def test_fedapp_rounds_split_training_from_evaluation():
@@ -75,6 +76,15 @@ def test_settings_are_the_reproductions_and_a_run_is_its_whole_process_tree(tmp_
               "os._exit(0) if pid == 0 else os.waitpid(pid, 0)")
     run = measured([sys.executable, "-c", forked])
     assert run["rc"] == 0 and 200 < run["peak_pss_mib"] < 260  # an RSS sum would say over 400
+
+
+def test_processes_are_named_without_the_machines_folders():
+    # the raw lines are committed: a process is its role, or its command line with each absolute path cut to
+    # its last part
+    assert role("/a/venv/bin/python /b/anchors/shim_run.py --dataset cifar") == "python shim_run.py --dataset cifar"
+    assert role("bash -c /a/venv/bin/python /b/x.py") == "bash -c python x.py"
+    assert role("/a/.venv/bin/python /a/.venv/bin/flwr-simulation --app x") == "simulation"
+    assert len(role("python " + "x" * 100)) == 60
 
 
 def test_authors_code_needs_the_anchors_environment_before_anything_runs(monkeypatch):

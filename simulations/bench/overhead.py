@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--local-steps", type=int, help="local SGD steps instead of 50 (a smoke test)")
     p.add_argument("--before", metavar="TREE",
                    help="also `flwr run` the app of TREE, a checkout of the code before the overhead changes "
-                        "(e.g. git worktree add /tmp/before <commit>): before_* fields")
+                        "(e.g. git worktree add ../before <commit>): before_* fields")
     p.add_argument("--no-flwr-run", action="store_true", help="the floor and the in-process engine only")
     p.add_argument("--out", help="also append the JSON lines to this file")
     a = p.parse_args(argv)

@@ -41,7 +41,16 @@ ROLES = (("from flwr.cli.app import app", "flwr run (launcher's, prewarmed)"), (
 
 
 def role(cmdline: str) -> str:
-    return next((name for key, name in ROLES if key in cmdline), cmdline[:60])
+    """The process's role; for any other process its command line, each absolute path cut to its last
+    part (a line names no folder of the machine it was measured on)."""
+    plain = " ".join(Path(word).name if word.startswith("/") else word for word in cmdline.split())
+    return next((name for key, name in ROLES if key in cmdline), plain[:60])
+
+
+def commit(tree: Path) -> str | None:
+    """The commit checked out in ``tree``: which code a line measured, without the checkout's folder."""
+    r = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return r.stdout.strip() or None
 
 
 def pss_bytes(proc: Path) -> int:
@@ -139,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = {**SETTINGS[a.strategy], "local-steps": a.local_steps}
     if a.strategy == "pefll":
         cfg["pefll.k"] = a.local_steps
-    emit({**timeline(cfg, limit=a.limit, tree=a.tree.resolve()), "tree": str(a.tree)}, a.out)
+    emit({**timeline(cfg, limit=a.limit, tree=a.tree.resolve()), "tree": commit(a.tree)}, a.out)
 
 
 if __name__ == "__main__":

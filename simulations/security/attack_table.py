@@ -2,7 +2,7 @@
 by 1e30 (fault-kind scale), for each robust-aggregation option (docs/reliability.md).
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python simulations/security/attack_table.py \\
-        --out docs/results/robustness.json --results-dir /work/runs/security
+        --out docs/results/robustness.json --results-dir OUT
 
 Every run is in process (fedapp.inprocess), one after the other, single-threaded; the summary is
 rewritten after each run, so a stopped sweep keeps what it measured.
@@ -63,8 +63,8 @@ def main() -> None:
             cfg.update({"krum-byzantine": f, "krum-select": SETTING["num-clients"] - f})
         t0 = time.time()
         strategy = run_local(cfg)
-        doc["runs"].append({"option": name, "attackers": fraction, "config": {k: v for k, v in cfg.items()
-                                                                              if k not in SETTING},
+        doc["runs"].append({"option": name, "attackers": fraction,  # the run's own keys, not where it wrote
+                            "config": {k: v for k, v in cfg.items() if k not in SETTING and k != "results-dir"},
                             **summary(strategy), "seconds": round(time.time() - t0, 1)})
         a.out.write_text(json.dumps(doc, indent=1) + "\n")
         print(doc["runs"][-1], flush=True)

@@ -1,0 +1,73 @@
+"""Properties of the repository as a whole, checked on its tracked files."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: the first folder of an absolute path that belongs to one machine: checkouts and scratch space (work,
+#: farm, tmp), home folders (root, home, Users), mounts and installs (mnt, opt), an old root file system
+MACHINE_ROOTS = ("work", "tmp", "root", "home", "old_root", "farm", "opt", "mnt", "Users")
+#: an absolute path under one of ``MACHINE_ROOTS``: it starts a token (not after a word, ``.``, ``~``, ``/``,
+#: ``-`` or a placeholder's closing ``>``, ``}``, ``)``, so relative paths and ``$HOME/...`` do not count),
+#: names the whole root folder, and is not followed by a placeholder segment (``<user>``, ``$VAR``)
+MACHINE_PATH = re.compile(r"(?<![\w.~/\->})$])/(?:%s)(?![\w-])(?!/(?:<|\$))" % "|".join(MACHINE_ROOTS))
+
+
+def tracked_files() -> list[Path]:
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    return [ROOT / name for name in out.decode().split("\0") if name]
+
+
+def machine_paths(text: str) -> list[tuple[int, str]]:
+    """(line number, the line's first such path) for each line of ``text`` naming a machine path."""
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        m = MACHINE_PATH.search(line)
+        if m:
+            found.append((number, line[m.start():m.start() + 60].split()[0]))
+    return found
+
+
+def test_machine_path_pattern():
+    # the roots are put in with % so that this file names no machine path itself
+    named = ["--out /%s/x/rows.json" % "tmp", '"results-dir": "/%s/runs/a"' % "work", "cd /%s" % "home",
+             "`/%s/bin/python`" % "opt", "ANCHOR_PY=/%s/venv" % "root", "PATH=/a:/%s/b" % "mnt"]
+    not_named = ["simulations/bench/%s/x" % "tmp", "../%s/x" % "work", "~/%s/x" % "work", "$HOME/%s/x" % "tmp",
+                 "<runs>/%s/x" % "work", "${OUT}/%s/x" % "tmp", "/usr/bin/env", "/proc/self/status",
+                 "/etc/hosts", "/dev/null", "/var/lib/flwr", "/%s/<user>/data" % "home",
+                 "/%s/$USER/x" % "home", "/%sfs" % "tmp", "https://example.org/%s/x" % "home"]
+    assert [bool(machine_paths(s)) for s in named] == [True] * len(named)
+    assert [bool(machine_paths(s)) for s in not_named] == [False] * len(not_named)
+
+
+def test_no_machine_paths():
+    """No tracked text file names an absolute path of a particular machine: a folder under one of
+    ``MACHINE_ROOTS`` at the root of the file system (a checkout, a home or temporary folder, a mount).
+    Commands, configs and results say where things go with a placeholder instead: ``OUT``, ``<runs>``,
+    ``$ANCHOR_SRC``, ``~``, or a path relative to the checkout.
+
+    Allowed, as they name no particular machine: system paths (``/usr/``, ``/etc/``, ``/dev/``, ``/proc/``,
+    ``/sys/``, ``/bin/``) and the documented layout of a deployment's hosts (``/var/lib/...``, ``/srv/...``),
+    which are not under ``MACHINE_ROOTS``; and a machine root followed by a placeholder segment
+    (``<user>``, ``$USER``). Binary files (a NUL byte in their first 8 KiB) and symbolic links are skipped.
+    """
+    found = []
+    for path in tracked_files():
+        if path.is_symlink() or not path.is_file():
+            continue
+        data = path.read_bytes()
+        if b"\0" in data[:8192]:
+            continue
+        rel = path.relative_to(ROOT)
+        found += [f"{rel}:{number}: {hit}" for number, hit in machine_paths(data.decode(errors="replace"))]
+    if found:
+        pytest.fail(f"{len(found)} lines name a machine path (use a placeholder):\n" + "\n".join(found), pytrace=False)
