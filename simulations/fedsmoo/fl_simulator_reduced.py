@@ -1,10 +1,12 @@
 """Run the FedSMOO authors' simulator (FL-Simulator, unmodified classes, from a scratch copy) on fedapp's
 reduced Table 1 settings, for a side-by-side with ``reduced-cifar10-mlp-{dir0.1,path3}-10pct-of-100.toml``.
 
-    /work/anchors/venv/bin/python simulations/fedsmoo/fl_simulator_reduced.py \
-        --simulator /work/anchors/work/fedsmoo/FL-Simulator --data /work/anchors/data \
-        --config simulations/fedsmoo/reduced-cifar10-mlp-dir0.1-10pct-of-100.toml --method FedSMOO --seed 20 \
-        --out /work/runs/fedsmoo/simulator/FedSMOO-s20.json
+    python simulations/fedsmoo/fl_simulator_reduced.py --simulator <authors' checkout> --venv <their venv> \
+        --data <folder with cifar-10-batches-py> --method FedSMOO --seed 20 --out OUT/FedSMOO-s20.json \
+        --config simulations/fedsmoo/reduced-cifar10-mlp-dir0.1-10pct-of-100.toml
+
+The checkout and venv may also come from ``$FL_SIMULATOR`` and ``$FL_SIMULATOR_VENV`` (as
+``fl_simulator_golden.py``); ``summaries/table1/<column>/authors.json`` holds what these runs gave.
 
 Everything the simulator decides stays its own: its ``DatasetObject`` partition (rule 'Dirichlet' for
 ``dirichlet-hsu``, 'Pathological' for ``pathological-hsu``; its per-client class counts go to the output), its
@@ -37,20 +39,22 @@ PREFIX = {"FedAvg": "fedavg", "SCAFFOLD": "scaffold", "FedDyn": "feddyn", "FedSA
 
 
 def main() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from simulations.fedsmoo.fl_simulator_golden import authors_code, enter
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--simulator", required=True, type=Path)
+    authors_code(p)
     p.add_argument("--data", required=True, type=Path, help="folder holding cifar-10-batches-py")
     p.add_argument("--config", required=True)
     p.add_argument("--method", required=True, choices=list(PREFIX))
     p.add_argument("--seed", type=int, required=True)
-    p.add_argument("--work", type=Path, default=Path("/tmp/fl_simulator_reduced"))
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--rounds", type=int, help="fewer rounds than the config (smoke runs)")
     p.add_argument("--sampling", choices=["bernoulli", "fedapp"], default="bernoulli",
                    help="bernoulli: the simulator's own; fedapp: fedapp's fixed-size draw (same sets)")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides, TOML values")
     a = p.parse_args()
-    sys.path[:0] = [str(a.simulator), str(Path(__file__).resolve().parents[2])]
+    enter(a)
     import numpy as np
     import torch
     import torchvision.datasets.cifar as tv_cifar
