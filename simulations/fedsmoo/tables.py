@@ -82,7 +82,7 @@ TABLE1 = Table(
     methods=METHODS,
     columns=dict(column(split, part) for part in PARTICIPATION for split in SPLITS),
     seeds={"paper": [20, 21], "cpu": [20, 21], "smoke": [20]},
-    smoke={"num-server-rounds": 2, "num-clients": 10, "local-steps": 2, "eval-every": 1},
+    smoke={"num-server-rounds": 1, "num-clients": 10, "local-steps": 2, "eval-every": 1},
     paper_seeds=2,
     extra=reached,
 )
