@@ -210,3 +210,22 @@ def test_table1_ordering_check_on_hand_made_rows():
                          rows(base | {"fedsmoo": {20: 0.45, 21: 0.41, 22: 0.0}, "mofedsam": {20: 0.20, 21: 0.40}}), []))
     assert not lost.holds and lost.ours["mofedsam"] == 30.0 and lost.ours["fedsmoo"] == 43.0
     assert lost.note.startswith("order: fedsmoo > ") and lost.note.endswith("(fedsmoo is #1 of 7, mofedsam last)")
+
+
+def test_simulator_run_condenses_into_the_authors_summary(tmp_path):
+    """``fl_simulator_reduced.py --summary``: the run's last evaluated accuracy and its curve become one row of
+    the column's authors' summary; a rerun of the same method and seed replaces it; a non-cpu setting is refused."""
+    from simulations.fedsmoo.fl_simulator_reduced import add_to_summary, reduced_column
+    from simulations.tables import read_rows
+
+    column = reduced_column("simulations/fedsmoo/reduced-cifar10-mlp-path3-10pct-of-100.toml")
+    history = [{"round": r, **({"central-accuracy": r / 100} if r % 5 == 0 else {})} for r in range(1, 13)]
+    path = tmp_path / "authors.json"
+    add_to_summary(path, column, {"method": "fedsmoo", "seed": 20, "seconds": 1.0}, history)
+    add_to_summary(path, column, {"method": "fedavg", "seed": 20, "seconds": 1.0}, history[:10])
+    add_to_summary(path, column, {"method": "fedsmoo", "seed": 20, "seconds": 2.0}, history[:11])
+    assert column == "cifar10-path3-10pct"
+    assert [(r["method"], r["value"], r["rounds"], r["curve"]) for r in read_rows(path)] == [
+        ("fedavg", 0.1, 10, [[5, 0.05], [10, 0.1]]), ("fedsmoo", 0.1, 11, [[5, 0.05], [10, 0.1]])]
+    with pytest.raises(SystemExit, match="--config: paper-cifar10-path3-10pct-of-100.toml is not one of"):
+        reduced_column("paper-cifar10-path3-10pct-of-100.toml")

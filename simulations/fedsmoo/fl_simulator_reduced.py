@@ -53,7 +53,10 @@ def main() -> None:
     p.add_argument("--sampling", choices=["bernoulli", "fedapp"], default="bernoulli",
                    help="bernoulli: the simulator's own; fedapp: fedapp's fixed-size draw (same sets)")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides, TOML values")
+    p.add_argument("--summary", type=Path, help="also put this run's row in this summary (summaries/table1/"
+                                                "<column>/authors.json), replacing one of the same method and seed")
     a = p.parse_args()
+    column = reduced_column(a.config) if a.summary else None
     enter(a)
     import numpy as np
     import torch
@@ -123,6 +126,33 @@ def main() -> None:
         sim_dataset.__init__ = lambda self, x, y=True, train=False, dataset_name="": init_ds(self, x, y, False,
                                                                                              dataset_name)
     srv.train()
+    if a.summary:
+        add_to_summary(a.summary, column, {"method": pre, "seed": a.seed, "seconds": round(time.time() - t0, 1)}, rows)
+
+
+def reduced_column(config: str) -> str:
+    """The Table 1 column whose cpu setting ``config`` is."""
+    from simulations.fedsmoo.tables import REDUCED
+
+    column = {name: cid for cid, name in REDUCED.items()}.get(Path(config).name)
+    if column is None:
+        raise SystemExit(f"--config: {config} is not one of Table 1's cpu settings ({', '.join(REDUCED.values())})")
+    return column
+
+
+def add_to_summary(path: Path, column: str, row: dict, history: list[dict]) -> None:
+    """Put one run's condensed row (Table 1's metric and curve, as fedapp's runs have) in the authors'
+    summary of ``column``, replacing a row of the same method and seed."""
+    from simulations.fedsmoo.tables import TABLE1
+    from simulations.tables import dumps
+
+    curve = TABLE1.metric.curve(history)
+    row |= {"value": round(TABLE1.metric.value(curve), 6), "rounds": history[-1]["round"], "curve": curve}
+    doc = json.loads(path.read_text()) if path.exists() else {
+        "paper": "fedsmoo", "table": "table1", "column": column, "scale": "cpu", "rows": []}
+    doc["rows"] = [r for r in doc["rows"] if (r["method"], r["seed"]) != (row["method"], row["seed"])] + [row]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dumps(doc))
 
 
 if __name__ == "__main__":

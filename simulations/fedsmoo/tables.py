@@ -113,7 +113,7 @@ def recorded_means(res: Results) -> dict | None:
         return None
     return {"code": "woodenchild95/FL-Simulator 502bec6 (fl_simulator_reduced.py)",
             "means": {m: res.shown(res.mean(m, authors=True)) for m in REDUCED_METHODS},
-            "seeds": sorted({s for r in res.authors for s in r["seeds"]})}
+            "seeds": sorted({s for r in res.authors for s in r.get("seeds", [r["seed"]])})}
 
 
 def ordering_claim(cid: str, claim_id: str) -> Claim:
