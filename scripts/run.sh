@@ -3,7 +3,7 @@
 # FedAvg on the synthetic data, 10 clients). Arguments go to `python -m fedapp.launch --run-config`:
 # overrides and/or TOML files, later ones winning, e.g.
 #   bash scripts/run.sh "strategy='fedprox' num-server-rounds=5"
-#   bash scripts/run.sh simulations/fedsmoo/cpu-cifar10-lenet.toml "num-server-rounds=5"
+#   bash scripts/run.sh simulations/fedsmoo/reduced-cifar10-mlp-dir0.1-10pct-of-100.toml "num-server-rounds=5"
 # Ctrl-C stops the run and everything it started; the results so far stay in results/.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -410,13 +410,14 @@ def built(paper: Paper) -> dict[Path, str]:
 
 
 def plotted(paper: Paper) -> dict[Path, Results]:
-    """The plot of each table: its first column with committed cpu (else paper) summaries."""
+    """The plot of each table: its first column with committed paper (else cpu) summaries that hold
+    curves (summaries of runs whose curves were not recorded have none to draw)."""
     plots = {}
     for tid, table in paper.tables.items():
         for cid in table.columns:
             for scale in ("paper", "cpu"):
                 res = results(paper, tid, cid, scale)
-                if res.rows and tid not in {p.stem for p in plots}:
+                if any(r.get("curve") for r in res.rows) and tid not in {p.stem for p in plots}:
                     plots[paper.folder / f"{tid}.png"] = res
     return plots
 

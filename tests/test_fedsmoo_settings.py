@@ -114,14 +114,15 @@ def test_paper_configs_hold_the_papers_values(path):
 
 
 def test_reduced_columns_differ_only_in_the_partition():
-    """The two reduced Table 1 columns share every setting but the split (and where their runs go)."""
+    """The two reduced Table 1 columns share every setting but the split; neither names a results folder
+    (the runner gives each table column and scale its own)."""
     def load(column):
         with open(ROOT / "simulations" / "fedsmoo" / f"reduced-cifar10-mlp-{column}-10pct-of-100.toml", "rb") as f:
             return tomllib.load(f)
     dirichlet, pathological = load("dir0.1"), load("path3")
     assert (dirichlet.pop("partition"), dirichlet.pop("partition-alpha")) == ("dirichlet-hsu", 0.1)
     assert (pathological.pop("partition"), pathological.pop("partition-classes")) == ("pathological-hsu", 3)
-    assert dirichlet.pop("results-dir") != pathological.pop("results-dir")
+    assert "results-dir" not in dirichlet and "results-dir" not in pathological
     assert dirichlet == pathological
 
 
@@ -165,3 +166,66 @@ def test_fl_simulator_augmentation_flips_half_shifts_half_with_a_mean_colour_bor
             assert 160 < int(kept.sum()) < 240 and unshifted >= int(kept.sum())  # about half not shifted
         else:
             assert unshifted < 20  # only the centre offset, 1 in 81
+
+
+def test_table1_columns_run_the_settings_their_ids_name():
+    """Each of Table 1's 16 columns runs the paper file of its dataset, split and participation, and the
+    cpu columns the reduced file of the same split; the paper's numbers are Table 1's (two spot checks)."""
+    from simulations.fedsmoo.tables import TABLE1
+
+    assert len(TABLE1.columns) == 16
+    for cid, col in TABLE1.columns.items():
+        dataset, split, part = cid.split("-")
+        for scale, name in col.settings.items():
+            with open(ROOT / "simulations" / "fedsmoo" / name, "rb") as f:
+                cfg = tomllib.load(f)
+            assert cfg["dataset"] == dataset and "results-dir" not in cfg, (cid, scale)
+            kind, value = ("partition-alpha", float(split[3:])) if split.startswith("dir") else \
+                ("partition-classes", int(split[4:]))
+            assert cfg[kind] == value, (cid, scale)
+            assert (cfg["num-clients"], cfg["fraction-train"]) == ((100, 0.1) if part == "10pct" else (200, 0.05))
+    assert sorted(c for c, col in TABLE1.columns.items() if "cpu" in col.settings) == [
+        "cifar10-dir0.1-10pct", "cifar10-path3-10pct"]
+    c100 = TABLE1.columns["cifar100-path10-5pct"]
+    assert (c100.paper["fedsmoo"], c100.paper_sd["fedsmoo"], c100.paper["fedadam"]) == (43.41, 0.22, 30.28)
+    assert TABLE1.columns["cifar10-path3-10pct"].paper["fedspeed"] == 80.13  # Table 8
+    assert TABLE1.columns["cifar10-dir0.1-10pct"].paper["fedspeed"] is None
+
+
+def test_table1_ordering_check_on_hand_made_rows():
+    """FedSMOO first and FedAvg last among the seven cpu methods, on the seeds all seven ran."""
+    from simulations.fedsmoo.tables import PAPER, REDUCED_METHODS, first_and_last
+    from simulations.tables import Results
+
+    def rows(values):
+        return [{"method": m, "seed": s, "value": v} for m, per_seed in values.items() for s, v in per_seed.items()]
+
+    base = {m: {20: 0.40, 21: 0.40} for m in REDUCED_METHODS} | {"fedavg": {20: 0.30, 21: 0.32}}
+    check = first_and_last("fedsmoo", "fedavg", REDUCED_METHODS)
+    won = check(Results(PAPER, "table1", "cifar10-dir0.1-10pct", "cpu",
+                        rows(base | {"fedsmoo": {20: 0.45, 21: 0.41}}), []))
+    assert won.holds and won.ours["fedsmoo"] == 43.0 and won.ours["fedavg"] == 31.0
+    # MoFedSAM below FedAvg on seed 20; seed 22 (FedSMOO alone) is not averaged in
+    lost = check(Results(PAPER, "table1", "cifar10-dir0.1-10pct", "cpu",
+                         rows(base | {"fedsmoo": {20: 0.45, 21: 0.41, 22: 0.0}, "mofedsam": {20: 0.20, 21: 0.40}}), []))
+    assert not lost.holds and lost.ours["mofedsam"] == 30.0 and lost.ours["fedsmoo"] == 43.0
+    assert lost.note.startswith("order: fedsmoo > ") and lost.note.endswith("(fedsmoo is #1 of 7, mofedsam last)")
+
+
+def test_simulator_run_condenses_into_the_authors_summary(tmp_path):
+    """``fl_simulator_reduced.py --summary``: the run's last evaluated accuracy and its curve become one row of
+    the column's authors' summary; a rerun of the same method and seed replaces it; a non-cpu setting is refused."""
+    from simulations.fedsmoo.fl_simulator_reduced import add_to_summary, reduced_column
+    from simulations.tables import read_rows
+
+    column = reduced_column("simulations/fedsmoo/reduced-cifar10-mlp-path3-10pct-of-100.toml")
+    history = [{"round": r, **({"central-accuracy": r / 100} if r % 5 == 0 else {})} for r in range(1, 13)]
+    path = tmp_path / "authors.json"
+    add_to_summary(path, column, {"method": "fedsmoo", "seed": 20, "seconds": 1.0}, history)
+    add_to_summary(path, column, {"method": "fedavg", "seed": 20, "seconds": 1.0}, history[:10])
+    add_to_summary(path, column, {"method": "fedsmoo", "seed": 20, "seconds": 2.0}, history[:11])
+    assert column == "cifar10-path3-10pct"
+    assert [(r["method"], r["value"], r["rounds"], r["curve"]) for r in read_rows(path)] == [
+        ("fedavg", 0.1, 10, [[5, 0.05], [10, 0.1]]), ("fedsmoo", 0.1, 11, [[5, 0.05], [10, 0.1]])]
+    with pytest.raises(SystemExit, match="--config: paper-cifar10-path3-10pct-of-100.toml is not one of"):
+        reduced_column("paper-cifar10-path3-10pct-of-100.toml")

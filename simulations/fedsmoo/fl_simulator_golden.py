@@ -1,9 +1,11 @@
 """Golden numbers from the FedSMOO authors' simulator (github woodenchild95/FL-Simulator) on a tiny setting
 that fedapp can reproduce exactly; ``tests/test_fedsmoo_golden.py`` replays the setting with fedapp.
 
-    cp -r /work/anchors/src/FL-Simulator /work/anchors/work/fedsmoo/   # scratch copy, never committed
-    /work/anchors/venv/bin/python simulations/fedsmoo/fl_simulator_golden.py \
-        --simulator /work/anchors/work/fedsmoo/FL-Simulator --out tests/fixtures/fl_simulator_golden.json
+    python simulations/fedsmoo/fl_simulator_golden.py --simulator <authors' checkout> --venv <their venv> \
+        --out tests/fixtures/fl_simulator_golden.json
+
+The checkout (a scratch copy, never committed) and its venv may also come from ``$FL_SIMULATOR`` and
+``$FL_SIMULATOR_VENV``; the script re-runs itself with the venv's python.
 
 The simulator's own ``Server``/``Client`` classes run unmodified: its ``train.py`` is replaced by the few lines
 that build ``args``, the data object and the model. The setting (``SETTING``, ``data()``, ``initial_vector()``)
@@ -28,7 +30,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 import types
 from pathlib import Path
 
@@ -152,13 +156,33 @@ def class_counts(rule: str, arg: float, n_client: int = 100, seed: int = 20, wor
     return [np.bincount(np.asarray(cy).reshape(-1), minlength=10).tolist() for cy in obj.client_y]
 
 
+def authors_code(p: argparse.ArgumentParser) -> None:
+    """The options naming the authors' code: its checkout, its venv and a scratch folder."""
+    p.add_argument("--simulator", type=Path, default=os.environ.get("FL_SIMULATOR"),
+                   help="scratch copy of the FL-Simulator checkout (default: $FL_SIMULATOR)")
+    p.add_argument("--venv", type=Path, default=os.environ.get("FL_SIMULATOR_VENV"),
+                   help="the simulator's venv, whose python runs this script (default: $FL_SIMULATOR_VENV)")
+    p.add_argument("--work", type=Path, help="scratch folder for the simulator's files (default: a new temporary one)")
+
+
+def enter(a: argparse.Namespace) -> None:
+    """Re-run this script with the venv's python unless it already runs there; then put the simulator's
+    checkout and this repository first on the import path."""
+    if a.simulator is None or not a.simulator.is_dir():
+        raise SystemExit(f"--simulator: {a.simulator} is not the FL-Simulator checkout (or set $FL_SIMULATOR)")
+    if a.venv is not None and Path(sys.prefix).resolve() != a.venv.resolve():
+        python = str(a.venv / "bin" / "python")
+        os.execv(python, [python, *sys.argv])
+    a.work = a.work or Path(tempfile.mkdtemp(prefix="fl_simulator_"))
+    sys.path[:0] = [str(a.simulator), str(Path(__file__).resolve().parents[2])]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--simulator", required=True, type=Path, help="scratch copy of FL-Simulator")
+    authors_code(p)
     p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--work", type=Path, default=Path("/tmp/fl_simulator_golden"))
     a = p.parse_args()
-    sys.path[:0] = [str(a.simulator), str(Path(__file__).resolve().parents[2])]
+    enter(a)
     import torch
 
     torch.set_num_threads(1)

@@ -1,10 +1,12 @@
 """Run the FedSMOO authors' simulator (FL-Simulator, unmodified classes, from a scratch copy) on fedapp's
 reduced Table 1 settings, for a side-by-side with ``reduced-cifar10-mlp-{dir0.1,path3}-10pct-of-100.toml``.
 
-    /work/anchors/venv/bin/python simulations/fedsmoo/fl_simulator_reduced.py \
-        --simulator /work/anchors/work/fedsmoo/FL-Simulator --data /work/anchors/data \
-        --config simulations/fedsmoo/reduced-cifar10-mlp-dir0.1-10pct-of-100.toml --method FedSMOO --seed 20 \
-        --out /work/runs/fedsmoo/simulator/FedSMOO-s20.json
+    python simulations/fedsmoo/fl_simulator_reduced.py --simulator <authors' checkout> --venv <their venv> \
+        --data <folder with cifar-10-batches-py> --method FedSMOO --seed 20 --out OUT/FedSMOO-s20.json \
+        --config simulations/fedsmoo/reduced-cifar10-mlp-dir0.1-10pct-of-100.toml
+
+The checkout and venv may also come from ``$FL_SIMULATOR`` and ``$FL_SIMULATOR_VENV`` (as
+``fl_simulator_golden.py``); ``summaries/table1/<column>/authors.json`` holds what these runs gave.
 
 Everything the simulator decides stays its own: its ``DatasetObject`` partition (rule 'Dirichlet' for
 ``dirichlet-hsu``, 'Pathological' for ``pathological-hsu``; its per-client class counts go to the output), its
@@ -37,20 +39,25 @@ PREFIX = {"FedAvg": "fedavg", "SCAFFOLD": "scaffold", "FedDyn": "feddyn", "FedSA
 
 
 def main() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from simulations.fedsmoo.fl_simulator_golden import authors_code, enter
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--simulator", required=True, type=Path)
+    authors_code(p)
     p.add_argument("--data", required=True, type=Path, help="folder holding cifar-10-batches-py")
     p.add_argument("--config", required=True)
     p.add_argument("--method", required=True, choices=list(PREFIX))
     p.add_argument("--seed", type=int, required=True)
-    p.add_argument("--work", type=Path, default=Path("/tmp/fl_simulator_reduced"))
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--rounds", type=int, help="fewer rounds than the config (smoke runs)")
     p.add_argument("--sampling", choices=["bernoulli", "fedapp"], default="bernoulli",
                    help="bernoulli: the simulator's own; fedapp: fedapp's fixed-size draw (same sets)")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides, TOML values")
+    p.add_argument("--summary", type=Path, help="also put this run's row in this summary (summaries/table1/"
+                                                "<column>/authors.json), replacing one of the same method and seed")
     a = p.parse_args()
-    sys.path[:0] = [str(a.simulator), str(Path(__file__).resolve().parents[2])]
+    column = reduced_column(a.config) if a.summary else None
+    enter(a)
     import numpy as np
     import torch
     import torchvision.datasets.cifar as tv_cifar
@@ -119,6 +126,33 @@ def main() -> None:
         sim_dataset.__init__ = lambda self, x, y=True, train=False, dataset_name="": init_ds(self, x, y, False,
                                                                                              dataset_name)
     srv.train()
+    if a.summary:
+        add_to_summary(a.summary, column, {"method": pre, "seed": a.seed, "seconds": round(time.time() - t0, 1)}, rows)
+
+
+def reduced_column(config: str) -> str:
+    """The Table 1 column whose cpu setting ``config`` is."""
+    from simulations.fedsmoo.tables import REDUCED
+
+    column = {name: cid for cid, name in REDUCED.items()}.get(Path(config).name)
+    if column is None:
+        raise SystemExit(f"--config: {config} is not one of Table 1's cpu settings ({', '.join(REDUCED.values())})")
+    return column
+
+
+def add_to_summary(path: Path, column: str, row: dict, history: list[dict]) -> None:
+    """Put one run's condensed row (Table 1's metric and curve, as fedapp's runs have) in the authors'
+    summary of ``column``, replacing a row of the same method and seed."""
+    from simulations.fedsmoo.tables import TABLE1
+    from simulations.tables import dumps
+
+    curve = TABLE1.metric.curve(history)
+    row |= {"value": round(TABLE1.metric.value(curve), 6), "rounds": history[-1]["round"], "curve": curve}
+    doc = json.loads(path.read_text()) if path.exists() else {
+        "paper": "fedsmoo", "table": "table1", "column": column, "scale": "cpu", "rows": []}
+    doc["rows"] = [r for r in doc["rows"] if (r["method"], r["seed"]) != (row["method"], row["seed"])] + [row]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dumps(doc))
 
 
 if __name__ == "__main__":
