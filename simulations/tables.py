@@ -134,7 +134,7 @@ class Claim:
     paper: dict | None = None
     reference: Callable[[Results], dict | None] | None = None
     # the methods the claim compares, where the table ran others on fewer seeds: the record's seeds
-    # and command are those all of these ran (default: every method of the table that ran)
+    # and command are those on which all of these that ran did (default: the table's methods)
     methods: tuple[str, ...] = ()
 
 
@@ -313,7 +313,7 @@ def claim_record(paper: Paper, claim: Claim, res: Results | None = None) -> dict
         raise ValueError(f"claim {claim.id}: kind {claim.kind!r} is not one of {', '.join(KINDS)}")
     res = res or results(paper, claim.table, claim.column, claim.scale)
     verdict = claim.check(res)
-    seeds = res.seeds(*(claim.methods or [m for m in res.table.methods if res.values(m)]))
+    seeds = res.seeds(*[m for m in claim.methods or res.table.methods if res.values(m)])
     column = res.column
     quoted = claim.paper if claim.paper is not None else (
         {m: v for m, v in column.paper.items() if v is not None} or None)
