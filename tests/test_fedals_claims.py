@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fedapp.config import parse_run_config
 from simulations import tables
 from simulations.fedals import authors
 from simulations.fedals.tables import PAPER, TABLE1
@@ -125,6 +126,7 @@ def test_fedals_cpu_settings_hold_each_methods_tuned_lr():
             # the setting alone runs the method (flwr run --run-config FILE): the method's keys are in it
             alone = read(ROOT / "simulations/fedals" / TABLE1.columns[column].settings["cpu"].format(method=method))
             assert alone == {k: v for k, v in config.items() if k != "seed"}, (column, method)
+            assert parse_run_config(alone).lr == config["lr"]
 
 
 def test_fedals_claims_file_rebuilds_from_the_summaries():
