@@ -135,6 +135,9 @@ class Claim:
     paper: dict | None = None
     reference: Callable[[Results], dict | None] | None = None
     command: str | None = None  # what reproduces it, where not the table's run (a golden test)
+    # the methods the claim compares, where the table ran others on fewer seeds: the record's seeds
+    # and command are those on which all of these that ran did (default: the table's methods)
+    methods: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -213,7 +216,10 @@ class Results:
 
     @property
     def setting(self) -> str:
+        """The column's run-config file at this scale (its folder, where each method has a file)."""
         path = self.column.settings.get(self.scale if self.scale != "smoke" else "cpu", "")
+        if "{method}" in path:
+            path = path.split("{method}")[0]
         return f"simulations/{self.paper.name}/{path}"
 
     def command(self, seeds: list[int] | None = None) -> str:
@@ -312,7 +318,7 @@ def claim_record(paper: Paper, claim: Claim, res: Results | None = None) -> dict
         raise ValueError(f"claim {claim.id}: kind {claim.kind!r} is not one of {', '.join(KINDS)}")
     res = res or results(paper, claim.table, claim.column, claim.scale)
     verdict = claim.check(res)
-    seeds = res.seeds(*[m for m in res.table.methods if res.values(m)])
+    seeds = res.seeds(*[m for m in claim.methods or res.table.methods if res.values(m)])
     column = res.column
     quoted = claim.paper if claim.paper is not None else (
         {m: v for m, v in column.paper.items() if v is not None} or None)

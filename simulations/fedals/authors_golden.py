@@ -1,12 +1,11 @@
 """Golden numbers from the FedALS authors' code (github Peyman-gholami/FedALS) on a tiny setting.
 
 Runs their unmodified DSGDAlg.parallel_sgd_layer / parallel_scaffold_layer with their Node, Network
-and ResNet classes from a scratch copy, with the anchors venv (their imports of bitsandbytes and
-transformers are stubbed; only the LLM paths use them):
+and ResNet classes from a scratch copy of their checkout, with a Python environment that runs their code
+(their imports of bitsandbytes and transformers are stubbed; only the LLM paths use them):
 
-    mkdir -p /work/anchors/work/fedals && cp -r /work/anchors/src/FedALS /work/anchors/work/fedals/golden
-    /work/anchors/venv/bin/python simulations/fedals/authors_golden.py /work/anchors/work/fedals/golden \
-        tests/data/fedals_authors_golden.json
+    cp -r <authors' checkout> SCRATCH
+    <their python> simulations/fedals/authors_golden.py SCRATCH tests/data/fedals_authors_golden.json
 
 Setting (``SETTING``): 5 nodes, ResNet-20, each node holds 8 fixed images of 2 classes and uses batches
 of 8 (every batch is its whole data, so both codes see the same batches in any order), tau = H = 2,

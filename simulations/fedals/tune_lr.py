@@ -12,7 +12,7 @@ an edge of the probed grid the grid is extended by one factor of two in that dir
 seeded permutation); its score is the mean accuracy of the averaged model over its evaluations
 after round 0. A method is a run-config file layered on the setting file, as in ``simulations/run.py``.
 Results, one row per probe as it ends, go to results/fedals/<stem>/<name>.json (``--name``, default
-lr-tuning) together with each method's winner (read by ``python -m simulations.run ... --lr-from``). A probe
+lr-tuning) together with each method's winner (written into the method's setting, cpu/<column>/<method>.toml). A probe
 already in that file with the same probe settings is not run again (so ``--max-extend`` can be raised on a
 finished search, or methods added to it); another setting (``--set partition="iid"``) or probe length
 needs its own ``--name``, since a file with other probe settings is started afresh.

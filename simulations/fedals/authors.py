@@ -1,0 +1,60 @@
+"""The authors' code's runs as summary rows: ``authors.json`` beside our summaries of a table column.
+
+    python -m simulations.fedals.authors SUMMARY.json --into table1/cifar10-noniid/fedals \
+        table2/cifar10-noniid/alpha10
+
+SUMMARY is the harness summary ``authors_reduced.sh`` writes (``accuracy_per_round``: the test accuracy
+of the average of all node models every ``sampling_f`` iterations). Each ``--into TABLE/COLUMN/METHOD``
+adds (or replaces) that run's row in the column's ``authors.json``: its curve in our rounds (iterations /
+tau) and the table's reading of it. Their code seeds itself from ``os.urandom``, so ``seed`` numbers
+their runs of one method, not a seed of ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from simulations import tables
+from simulations.fedals.tables import PAPER
+
+TAU = 5
+
+
+def row(summary: dict, table: tables.Table, method: str, seed: int = 0) -> dict:
+    """The summary row of one run of the authors' code, read with ``table``'s metric."""
+    curve = [[r["iteration"] // TAU, round(r["test_acc"], 6)] for r in summary["accuracy_per_round"]
+             if r["iteration"] > 0]
+    value = table.metric.value(curve)
+    return {"run": f"authors-{method}-s{seed}", "method": method, "seed": seed,
+            "seconds": round(summary["total_wall_sec"], 1), "value": None if value is None else round(value, 6),
+            "rounds": curve[-1][0] if curve else 0, "curve": curve,
+            "setting": {k: summary["config"][k] for k in ("algo", "alpha", "L", "iterations", "sampling_f")}}
+
+
+def add(summary: dict, into: str) -> Path:
+    table_id, column, method = into.split("/")
+    if table_id not in PAPER.tables or column not in PAPER.tables[table_id].columns:
+        raise SystemExit(f"--into {into}: no such table column of fedals")
+    path = tables.summary_path(PAPER, table_id, column, "cpu").with_name("authors.json")
+    rows = [r for r in tables.read_rows(path) if r["method"] != method]
+    rows.append(row(summary, PAPER.tables[table_id], method))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tables.dumps({"paper": "fedals", "table": table_id, "column": column, "scale": "cpu",
+                                  "rows": sorted(rows, key=lambda r: r["method"])}))
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("summary", type=Path, help="the harness summary of one run of the authors' code")
+    p.add_argument("--into", nargs="+", required=True, metavar="TABLE/COLUMN/METHOD")
+    args = p.parse_args(argv)
+    summary = json.loads(args.summary.read_text())
+    for into in args.into:
+        print(f"wrote: {add(summary, into)}")
+
+
+if __name__ == "__main__":
+    main()
