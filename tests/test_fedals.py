@@ -388,10 +388,12 @@ def test_matches_authors_fedals_code():
                             "node0": summary({k: own[0][k] for k in sd})}
         return out
 
-    # after one step the two codes agree to float rounding; later steps amplify it (torch 2.13 here,
-    # 2.14.1 there; float64 vs float32 averages) to at most 0.2% of a tensor's sum of squares after
-    # 13 iterations, far below the gap between FedAvg and FedALS (checked below)
-    tol = {0: (1e-5, 1e-4), 2: (1e-2, 0.2), 3: (1e-2, 0.2), 6: (1e-2, 0.2)}
+    # after one step the two codes agree to float rounding (5e-5 of a sum at most: the CPU's kernels
+    # decide the last bits, e.g. an AMD EPYC without AVX-512 against the machine the golden file was made
+    # on); later steps amplify it (torch 2.13 here, 2.14.1 there; float64 vs float32 averages) to at most
+    # 0.2% of a tensor's sum of squares after 13 iterations, far below the gap between FedAvg and FedALS
+    # (checked below)
+    tol = {0: (1e-4, 1e-4), 2: (1e-2, 0.2), 3: (1e-2, 0.2), 6: (1e-2, 0.2)}
     for name, alpha in (("fedavg", 1), ("fedals", SETTING["alpha"])):
         ours = run(alpha)
         for rnd, i in rounds.items():
