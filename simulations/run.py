@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     if missing:
         raise SystemExit(f"no such file: {', '.join(missing)}")
 
-    report = importlib.import_module(f"simulations.{args.report or paper_of(args.files[0])}.report")
+    report = paper_report(args.report or paper_of(args.files[0]))
     runs = plan(args)
     out = args.out or default_out(args.files[0], read(args.files[0]) | overrides(args.set))
     summary_file = out / "summary.json"
@@ -165,6 +165,38 @@ def main(argv: list[str] | None = None) -> None:
         print(report.table(out, rows, [m for _, m, _ in runs], args))
         return
     execute(runs, out, lambda history, config: report.summarize(history, config, args))
+
+
+class TableReport:
+    """The summary and table of the general form for a paper without a ``report.py`` of its own: the
+    metric of the paper's first declared table."""
+
+    def __init__(self, paper: str):
+        from simulations import tables
+
+        self.tables = tables
+        self.declared = next(iter(tables.load(paper).tables.values()))
+
+    def summarize(self, history: list[dict], config: dict, args=None) -> dict:
+        return self.tables.summarize(self.declared, history)
+
+    def table(self, out: Path, rows: list[dict], methods: list[str], args=None) -> str:
+        metric = self.declared.metric
+        lines = [f"| run | method | seed | {metric.label} |", "|---|---|---|---|"]
+        lines += [f"| {r['run']} | {r['method']} | {r['seed']} | {self.tables.fmt(r['value'] * metric.show)} |"
+                  for r in rows if r["method"] in methods and r.get("value") is not None]
+        return "\n".join(lines)
+
+    def curves(self, out: Path) -> str:
+        raise SystemExit("--curves: this paper has no per-epoch curves table; read <out>/summary.json")
+
+
+def paper_report(paper: str):
+    """``simulations/<paper>/report.py`` where the paper keeps one, else its first table's metric."""
+    try:
+        return importlib.import_module(f"simulations.{paper}.report")
+    except ModuleNotFoundError:
+        return TableReport(paper)
 
 
 def execute(runs: list[tuple[str, str, dict]], out: Path, summarize, jobs: int = 1, child: list[str] | None = None):

@@ -162,3 +162,15 @@ def test_claim_record_shape_and_markdown():
     md = tables.markdown(res)
     assert "| a | 80.00 | 75.00 ± 7.07 |" in md and "| c | - | 15.00 ± 7.07 |" in md
     assert "ours at scale `cpu`, seeds 0, 1" in md
+
+
+def test_general_form_summarises_with_the_papers_first_table_where_it_has_no_report():
+    from simulations.run import paper_report
+
+    report = paper_report("fedals")  # FedALS keeps no report.py
+    history = [{"round": r, "central-accuracy": a} for r, a in enumerate([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])]
+    row = report.summarize(history, {})
+    assert row == tables.summarize(tables.load("fedals").tables["table1"], history)
+    assert row["value"] == pytest.approx(0.4) and row["rounds"] == 5  # mean of the last 5 evaluations
+    assert "| a-s0 | a | 0 | 40.00 |" in report.table(None, [{"run": "a-s0", "method": "a", "seed": 0,
+                                                               "value": 0.4}], ["a"])
