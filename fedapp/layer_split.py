@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from fedapp.models import layer_groups
+from fedapp.models import declared_head, is_builtin, layer_groups, split_declared
 
 
 def fedals_layer_groups(model: torch.nn.Module, grouping: str = "layers") -> list[list[str]]:
@@ -29,9 +29,16 @@ def split_model(model: torch.nn.Module, body_layers: int, grouping: str) -> tupl
     """(body, head) state_dict keys: the first ``body_layers`` (``fedals.body-layers``) groups of
     ``grouping`` (``fedals.layer-groups``) are the body. 0 is the paper's default (Table 4): the body
     is the convolutional layers and the head the final dense layers (LeNet: conv1, conv2 | fc1, fc2,
-    fc; ResNet-20: all convs | fc); for a model without convolutions, all layers but the last."""
+    fc; ResNet-20: all convs | fc); for a model without convolutions, all layers but the last. A model
+    that declares its head (``fedapp.models.declared_head``) is split there with 0; a user's model that
+    declares none needs a head declaration or ``body-layers``."""
     groups = fedals_layer_groups(model, grouping)
     n, L = len(groups), body_layers
+    if L == 0 and (head := declared_head(model)) is not None:
+        return split_declared(model, head)
+    if L == 0 and not is_builtin(model):
+        raise ValueError(f"{type(model).__name__} declares no head: set run config 'head-modules' (or give the model a "
+                         "`head` attribute naming its head modules), or 'fedals.body-layers'")
     if L == 0:
         convs = 0
         for g in groups:
