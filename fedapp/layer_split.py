@@ -1,11 +1,13 @@
 """FedALS's split of a model into a body phi (the first L layer groups) and a head h: the client
-trains and sends the parts, the server averages them, so both take the split from here."""
+trains and sends the parts, the server averages them, so both take the split from here; and the
+check of the split the personal-head algorithms (FedRep, HCCT-P) need."""
 
 from __future__ import annotations
 
 import torch
 
-from fedapp.models import declared_head, is_builtin, layer_groups, split_declared
+from fedapp.config import ConfigError
+from fedapp.models import body_head_keys, declared_head, is_builtin, layer_groups, split_declared
 
 
 def fedals_layer_groups(model: torch.nn.Module, grouping: str = "layers") -> list[list[str]]:
@@ -49,3 +51,13 @@ def split_model(model: torch.nn.Module, body_layers: int, grouping: str) -> tupl
     if not 1 <= L < n:
         raise ValueError(f"body-layers must be 0 or in [1, {n - 1}] (this model has {n} layer groups), got {L}")
     return [k for g in groups[:L] for k in g], [k for g in groups[L:] for k in g]
+
+
+def check_head(cfg, model: nn.Module) -> None:
+    """The body/head split an algorithm with a personal head needs (FedRep, HCCT-P): a ConfigError
+    naming ``head-modules`` when the model declares none (a user's model) or a wrong one."""
+    try:
+        body_head_keys(model)
+    except ValueError as err:
+        raise ConfigError(f"run config 'head-modules' = {cfg.head_modules!r} is invalid for {cfg.strategy}: "
+                          f"{err}") from None

@@ -312,18 +312,6 @@ def declared_head(model: nn.Module) -> list[str] | None:
     return names
 
 
-def check_head(cfg, model: nn.Module) -> None:
-    """The body/head split an algorithm with a personal head needs (FedRep, HCCT-P): a ConfigError
-    naming ``head-modules`` when the model declares none (a user's model) or a wrong one."""
-    from fedapp.config import ConfigError
-
-    try:
-        body_head_keys(model)
-    except ValueError as err:
-        raise ConfigError(f"run config 'head-modules' = {cfg.head_modules!r} is invalid for {cfg.strategy}: "
-                          f"{err}") from None
-
-
 def split_declared(model: nn.Module, head: list[str]) -> tuple[list[str], list[str]]:
     """(body, head) state_dict keys, the head the keys under the modules ``head``; both non-empty."""
     keys = list(model.state_dict())

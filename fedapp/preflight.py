@@ -20,6 +20,7 @@ import torch
 from fedapp import checkpoint, registry
 from fedapp.config import ConfigError, RunConfig, parse_run_config
 from fedapp.data import Dataset, local_test_split, prepare, split_seen_unseen
+from fedapp.data.tables import ColumnError
 from fedapp.experiment import dataset, model_for, partitions
 
 
@@ -34,8 +35,8 @@ def load_data(cfg: RunConfig) -> Dataset:
     """The configured dataset; a failure names ``data-dir`` (or ``dataset``) and the fix."""
     try:
         ds = dataset(cfg)
-    except ConfigError:  # a column key of a table or hub dataset, named already
-        raise
+    except ColumnError as err:  # a column key of a table or hub dataset, named already
+        raise ConfigError(str(err)) from None
     except (OSError, ValueError) as err:  # not found, unreadable, an image that does not decode
         key = "data-dir" if cfg.data_dir and not cfg.dataset.startswith("hf:") else "dataset"
         raise ConfigError(f"run config '{key}' = {cfg[key]!r}: {str(err).strip().splitlines()[0]}") from err

@@ -6,7 +6,8 @@ from clients.fedrep import FedRepClient
 from fedapp.aggregation import weighted_mean
 from fedapp.config import Key
 from fedapp.experiment import round_lr
-from fedapp.models import body_head_keys, check_head
+from fedapp.layer_split import check_head
+from fedapp.models import body_head_keys
 from strategies.base import FedStrategy
 from strategies.driver import spec_of
 

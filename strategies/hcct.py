@@ -16,7 +16,8 @@ from clients.hcct import HCCTClient, HCCTPClient
 from fedapp.aggregation import weighted_mean
 from fedapp.config import ConfigError, Key, RunConfig
 from fedapp.experiment import round_lr
-from fedapp.models import body_head_keys, check_head, layer_groups
+from fedapp.layer_split import check_head
+from fedapp.models import body_head_keys, layer_groups
 from fedapp.records import Shared, Tensors
 from strategies.base import FedStrategy
 from strategies.driver import Reply, spec_of

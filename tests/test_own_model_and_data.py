@@ -17,7 +17,7 @@ import torch
 
 from fedapp.config import ConfigError
 from fedapp.data import load_dataset, prepare, sources
-from fedapp.data.tables import infer_columns
+from fedapp.data.tables import ColumnError, infer_columns
 from fedapp.data.text import CharTokenizer, PAD, speaking_roles, token_dtype
 from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.models import build_model
@@ -246,7 +246,7 @@ def test_hub_columns_are_inferred_where_unambiguous():
     assert (got["image"], got["label-column"]) == ("img", "label")
     two = datasets.Features({"a": datasets.ClassLabel(names=["x"]), "b": datasets.ClassLabel(names=["y"]),
                              "f": datasets.Value("float32")})
-    with pytest.raises(ConfigError, match=r"'label-column' = 'label' is not a column of hub and its label cannot "
+    with pytest.raises(ColumnError, match=r"'label-column' = 'label' is not a column of hub and its label cannot "
                                           r"be inferred \(2 class-label columns\)"):
         infer_columns(two, {"label-column": "label"}, "hub")
 

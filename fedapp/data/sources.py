@@ -26,7 +26,7 @@ from flwr.common.logger import log
 from PIL import Image
 
 from .indices import local_test_split
-from .tables import read_hub_dataset, read_table_dir
+from .tables import frame_arrays, load_hub, read_table_dir
 from .text import derive_shakespeare, select_roles
 
 SPLITS = ("train", "test")
@@ -104,16 +104,13 @@ def load_dataset(
     ``shakespeare``: ``num_clients`` roles drawn by ``seed``, 0 all). ``imagefolder`` reads the user's own tree:
     ``data_dir`` holds ``train/<label>/...`` and optionally ``test/<label>/...`` (or is a ``.tar.gz`` of
     that layout); ``table`` the user's train.csv / train.parquet there; ``hf:<hub id>`` a hub dataset.
-    ``options``: (key, value) pairs of the run config's ``DATA_OPTIONS`` (tables and hub datasets); a
-    key left out takes its run-config default.
+    ``options``: (key, value) pairs of the run config's ``DATA_OPTIONS`` (tables and hub datasets).
     """
-    from fedapp.config import COMMON_KEYS
-
-    opts = {k.name: k.default for k in COMMON_KEYS if k.name in DATA_OPTIONS} | dict(options)
+    opts = dict(options)
     if name.startswith("hf:"):
         hub_id = name[3:]
         arrays = _cached("hf", f"{hub_id}:{sorted(opts.items())}",
-                         lambda: read_hub_dataset(hub_id, opts, _hub_reachable))
+                         lambda: _read_hf(hub_id, opts))
         return _dataset_of(name, arrays, augment=False)
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; allowed: {', '.join(DATASETS)} or 'hf:<hub id>'")
@@ -438,6 +435,26 @@ def _read_hub(name: str, src: Source, dirs: list[Path]) -> dict:
     arrays["num_classes"] = (
         label_feature.num_classes if isinstance(label_feature, datasets.ClassLabel) else int(y.max()) + 1
     )
+    arrays["mean"], arrays["std"] = channel_stats(arrays["train_x"])
+    return arrays
+
+
+def _read_hf(hub_id: str, options: dict) -> dict:
+    """A hub dataset's tensors: its image column decoded as images, anything else as a table."""
+    train, test, opts = load_hub(hub_id, options, _hub_reachable)
+    where = f"hub dataset {hub_id!r}"
+    if not opts["image"]:
+        return frame_arrays(train.to_pandas(), None if test is None else test.to_pandas(), opts, where)
+    label = opts["label-column"]
+    if test is None:
+        tr, te = local_test_split(np.arange(len(train)), opts.get("global-test-fraction", 0.2), seed=0)
+        train, test = train.select(np.sort(tr)), train.select(np.sort(te))
+    classes = sorted(set(train[label]) | set(test[label]))
+    index = {c: i for i, c in enumerate(classes)}
+    arrays: dict = {"train_client": None, "test_client": None, "num_classes": len(classes)}
+    for name, part in (("train", train), ("test", test)):
+        arrays[f"{name}_x"] = hub_images(part, opts["image"], where)
+        arrays[f"{name}_y"] = torch.tensor([index[v] for v in part[label]], dtype=torch.int64)
     arrays["mean"], arrays["std"] = channel_stats(arrays["train_x"])
     return arrays
 

@@ -17,12 +17,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedapp.config import ConfigError
-
 from .indices import local_test_split
 from .text import text_arrays
 
 SUFFIXES = (".csv", ".parquet")
+
+
+class ColumnError(ValueError):
+    """A column key names no column (or none can be inferred): one line that names the run-config key,
+    which the preflight reports as it is."""
 
 
 def table_files(path: Path) -> tuple[Path, Path | None]:
@@ -51,7 +54,7 @@ def read_table(file: Path):
 def _column(frame, key: str, options: Mapping, where: str) -> str | None:
     name = options.get(key, "")
     if name and name not in frame.columns:
-        raise ConfigError(f"run config '{key}' = {name!r} is not a column of {where} (its columns: "
+        raise ColumnError(f"run config '{key}' = {name!r} is not a column of {where} (its columns: "
                           f"{', '.join(map(str, frame.columns))})")
     return name or None
 
@@ -59,16 +62,17 @@ def _column(frame, key: str, options: Mapping, where: str) -> str | None:
 def frame_arrays(train, test, options: Mapping, where: str) -> dict:
     """The tensors of ``load_dataset`` from a training and a test DataFrame (``test`` None: hold out
     ``global-test-fraction`` of the training rows)."""
+    options = {"label-column": "label", **options}
     label = _column(train, "label-column", options, where)
     if label is None:
-        raise ConfigError(f"run config 'label-column' = '' is invalid for {where}: name its label column")
+        raise ColumnError(f"run config 'label-column' = '' is invalid for {where}: name its label column")
     client = _column(train, "client-column", options, where)
     text = _column(train, "text-column", options, where)
     if test is None:
         tr, te = local_test_split(np.arange(len(train)), options.get("global-test-fraction", 0.2), seed=0)
         train, test = train.iloc[np.sort(tr)], train.iloc[np.sort(te)]
     elif missing := [c for c in (label, client, text) if c and c not in test.columns]:
-        raise ConfigError(f"run config 'label-column' / 'client-column' / 'text-column': the test split of {where} "
+        raise ColumnError(f"run config 'label-column' / 'client-column' / 'text-column': the test split of {where} "
                           f"lacks the column(s) {missing}")
     classes = sorted(set(train[label].tolist()) | set(test[label].tolist()), key=lambda v: (str(type(v)), v))
     index = {c: i for i, c in enumerate(classes)}
@@ -84,7 +88,7 @@ def frame_arrays(train, test, options: Mapping, where: str) -> dict:
             _column(train, "feature-columns", {"feature-columns": c}, where)
         features = named or [c for c in train.columns if c not in (label, client)]
         if not features:
-            raise ConfigError(f"run config 'feature-columns': {where} has no feature column beside the label")
+            raise ColumnError(f"run config 'feature-columns': {where} has no feature column beside the label")
         arrays["train_x"], arrays["test_x"] = encode_features(train[features], test[features])
     if client is not None:  # natural client ids: the sorted distinct values of the training split
         ids = {c: i for i, c in enumerate(sorted(set(train[client].astype(str))))}
@@ -139,13 +143,13 @@ def infer_columns(features: Mapping, options: Mapping, where: str) -> dict:
     if label not in names:
         labels = [n for n, f in features.items() if isinstance(f, datasets.ClassLabel)]
         if len(labels) != 1:
-            raise ConfigError(f"run config 'label-column' = {label!r} is not a column of {where} and its label "
+            raise ColumnError(f"run config 'label-column' = {label!r} is not a column of {where} and its label "
                               f"cannot be inferred ({len(labels)} class-label columns); columns: {', '.join(names)}")
         label = labels[0]
     out["label-column"] = label
     for key in ("client-column", "text-column"):
         if options.get(key) and options[key] not in names:
-            raise ConfigError(f"run config '{key}' = {options[key]!r} is not a column of {where} (its columns: "
+            raise ColumnError(f"run config '{key}' = {options[key]!r} is not a column of {where} (its columns: "
                               f"{', '.join(names)})")
     rest = [n for n in names if n not in (label, options.get("client-column"))]
     images = [n for n in rest if isinstance(features[n], datasets.Image)]
@@ -158,14 +162,15 @@ def infer_columns(features: Mapping, options: Mapping, where: str) -> dict:
     elif len(strings) == 1 and len(rest) == 1:
         out["text-column"] = strings[0]
     elif images:
-        raise ConfigError(f"run config 'feature-columns': {where} has several image columns ({', '.join(images)}); "
+        raise ColumnError(f"run config 'feature-columns': {where} has several image columns ({', '.join(images)}); "
                           "name the one to use")
     return out
 
 
-def read_hub_dataset(hub_id: str, options: Mapping, reachable) -> dict:
-    """``dataset = "hf:<hub id>"`` through flwr-datasets' ``FederatedDataset``: the ``hf-split`` rows
-    train, the ``hf-test-split`` rows (or ``global-test-fraction`` of the training rows) test."""
+def load_hub(hub_id: str, options: Mapping, reachable) -> tuple:
+    """``dataset = "hf:<hub id>"`` through flwr-datasets' ``FederatedDataset``: (the ``hf-split``
+    rows, the ``hf-test-split`` rows or None where there is no such split, the options with the
+    columns inferred)."""
     where = f"hub dataset {hub_id!r}"
     if not reachable():  # offline the hub client retries for tens of seconds before it fails
         raise ConnectionError(f"{where} cannot be loaded: the Hugging Face hub cannot be reached (hf: datasets "
@@ -179,22 +184,4 @@ def read_hub_dataset(hub_id: str, options: Mapping, reachable) -> dict:
         test = fds.load_split(test_split) if test_split else None
     except ValueError:  # no such split: the fraction is held out
         test = None
-    opts = infer_columns(train.features, options, where)
-    if opts["image"]:
-        from .sources import channel_stats, hub_images
-
-        label = opts["label-column"]
-        if test is None:
-            tr, te = local_test_split(np.arange(len(train)), options.get("global-test-fraction", 0.2), seed=0)
-            train, test = train.select(np.sort(tr)), train.select(np.sort(te))
-        arrays: dict = {"train_client": None, "test_client": None}
-        for name, part in (("train", train), ("test", test)):
-            arrays[f"{name}_x"] = hub_images(part, opts["image"], where)
-        classes = sorted(set(train[label]) | set(test[label]))
-        index = {c: i for i, c in enumerate(classes)}
-        for name, part in (("train", train), ("test", test)):
-            arrays[f"{name}_y"] = torch.tensor([index[v] for v in part[label]], dtype=torch.int64)
-        arrays.update(num_classes=len(classes), classes=[str(c) for c in classes])
-        arrays["mean"], arrays["std"] = channel_stats(arrays["train_x"])
-        return arrays
-    return frame_arrays(train.to_pandas(), None if test is None else test.to_pandas(), opts, where)
+    return train, test, infer_columns(train.features, options, where)
