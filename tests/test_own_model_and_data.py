@@ -283,3 +283,11 @@ def test_each_site_trains_on_its_own_table(tmp_path):
     sizes = {pid: info.num_train + info.num_test for pid, info in strategy.clients.items()}
     assert sizes == {0: int((frame.site == "north").sum()), 1: int((frame.site == "south").sum())}
     assert strategy.history[-1]["central-accuracy"] > strategy.history[0]["central-accuracy"]
+
+
+def test_a_test_file_without_the_training_columns_is_refused(tmp_path):
+    (tmp_path / "train.csv").write_text("a,b,label\n1,2,0\n3,4,1\n5,6,0\n7,8,1\n")
+    (tmp_path / "test.csv").write_text("a,label\n1,0\n")
+    with pytest.raises(ConfigError, match=r"^run config 'data-dir': the test split beside .*train\.csv lacks the "
+                                          r"column\(s\) b of its training split$"):
+        check({"dataset": "table", "data-dir": str(tmp_path), "partition": "iid"})

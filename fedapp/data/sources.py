@@ -127,10 +127,13 @@ def load_dataset(
     if name == "shakespeare":
         dirs = search_dirs(data_dir)
         path = _find_local(name, dirs, tree="")
+        if path is None and data_dir and any(Path(data_dir).expanduser().glob("*.txt")):  # a site's own plays
+            path = Path(data_dir).expanduser()
         if path is None:
-            raise FileNotFoundError(f"shakespeare is derived from the raw plays: <dir>/shakespeare.tar.gz or "
-                                    f"<dir>/shakespeare/*.txt; looked in {', '.join(map(str, dirs))}")
-        arrays = select_roles(_cached(name, _fingerprint(path), lambda: derive_shakespeare(path)), num_clients, seed)
+            raise FileNotFoundError(f"shakespeare is derived from the raw plays: <dir>/shakespeare.tar.gz, "
+                                    f"<dir>/shakespeare/*.txt or <dir>/*.txt; looked in {', '.join(map(str, dirs))}")
+        derived = _cached(name, f"leaf-v1:{_fingerprint(path)}", lambda: derive_shakespeare(path))
+        arrays = select_roles(derived, num_clients, seed)
         return _dataset_of(name, arrays, augment=False)
     if name == "imagefolder":
         path = Path(data_dir).expanduser()

@@ -68,12 +68,13 @@ def frame_arrays(train, test, options: Mapping, where: str) -> dict:
         raise ColumnError(f"run config 'label-column' = '' is invalid for {where}: name its label column")
     client = _column(train, "client-column", options, where)
     text = _column(train, "text-column", options, where)
+    features = [] if text else feature_columns(train, options, (label, client), where)
     if test is None:
         tr, te = local_test_split(np.arange(len(train)), options.get("global-test-fraction", 0.2), seed=0)
         train, test = train.iloc[np.sort(tr)], train.iloc[np.sort(te)]
-    elif missing := [c for c in (label, client, text) if c and c not in test.columns]:
-        raise ColumnError(f"run config 'label-column' / 'client-column' / 'text-column': the test split of {where} "
-                          f"lacks the column(s) {missing}")
+    elif missing := [c for c in (label, client, text, *features) if c and c not in test.columns]:
+        raise ColumnError(f"run config 'data-dir': the test split beside {where} lacks the column(s) "
+                          f"{', '.join(map(str, missing))} of its training split")
     classes = sorted(set(train[label].tolist()) | set(test[label].tolist()), key=lambda v: (str(type(v)), v))
     index = {c: i for i, c in enumerate(classes)}
     arrays: dict = {"num_classes": len(classes), "classes": [str(c) for c in classes], "mean": [], "std": []}
@@ -83,12 +84,6 @@ def frame_arrays(train, test, options: Mapping, where: str) -> dict:
         arrays.update(text_arrays(train[text].astype(str).tolist(), test[text].astype(str).tolist(),
                                   int(options.get("seq-len", 0))))
     else:
-        named = [c.strip() for c in options.get("feature-columns", "").split(",") if c.strip()]
-        for c in named:
-            _column(train, "feature-columns", {"feature-columns": c}, where)
-        features = named or [c for c in train.columns if c not in (label, client)]
-        if not features:
-            raise ColumnError(f"run config 'feature-columns': {where} has no feature column beside the label")
         arrays["train_x"], arrays["test_x"] = encode_features(train[features], test[features])
     if client is not None:  # natural client ids: the sorted distinct values of the training split
         ids = {c: i for i, c in enumerate(sorted(set(train[client].astype(str))))}
@@ -97,6 +92,17 @@ def frame_arrays(train, test, options: Mapping, where: str) -> dict:
     else:
         arrays.update(train_client=None, test_client=None)
     return arrays
+
+
+def feature_columns(train, options: Mapping, others: tuple, where: str) -> list[str]:
+    """``feature-columns``, each checked, or every column but the label and client ones."""
+    named = [c.strip() for c in options.get("feature-columns", "").split(",") if c.strip()]
+    for c in named:
+        _column(train, "feature-columns", {"feature-columns": c}, where)
+    features = named or [c for c in train.columns if c not in others]
+    if not features:
+        raise ColumnError(f"run config 'feature-columns': {where} has no feature column beside the label")
+    return features
 
 
 def encode_features(train, test) -> tuple[torch.Tensor, torch.Tensor]:

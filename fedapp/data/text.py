@@ -21,6 +21,9 @@ PAD, UNK = 0, 1
 SHAKESPEARE_WINDOW = 80
 #: LEAF's split of each role's windows: the first 90% train, the test windows start a window later
 SHAKESPEARE_TRAIN_FRACTION = 0.9
+#: LEAF's 80 characters (its language_utils' ALL_LETTERS): a fixed vocabulary, so every site's plays
+#: give the same ids and the same model; any other character is unknown
+LEAF_ALPHABET = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
 # A speaker turn opens, after a blank line, with a line holding only the name (of at most four words)
 # and a period ("Ham.", "First Clown.", "CLEOPATRA."); act and scene headings are not names.
 _SPEAKER = re.compile(r"^(?!(?:ACT|Act|SCENE|Scene)\b)([A-Z][A-Za-z'\-]*(?: [A-Za-z'\-]+){0,3})\.$")
@@ -34,10 +37,11 @@ def token_dtype(vocab_size: int) -> torch.dtype:
 
 
 class CharTokenizer:
-    """Character ids over the training texts' characters (sorted), after padding and unknown."""
+    """Character ids over ``chars`` (default: the training texts' characters, sorted), after padding
+    and unknown."""
 
-    def __init__(self, texts) -> None:
-        self.chars = sorted(set("".join(texts)))
+    def __init__(self, texts=(), chars: str | None = None) -> None:
+        self.chars = list(chars) if chars is not None else sorted(set("".join(texts)))
         self.index = {c: i + 2 for i, c in enumerate(self.chars)}
 
     @property
@@ -104,8 +108,9 @@ def derive_shakespeare(path: Path) -> dict:
     """LEAF's Shakespeare next-character task (Caldas et al. 2018) from the raw plays: one client per
     speaking role of a play, roles with at most 2 lines dropped (LEAF's filter: a train and a test line),
     a role's lines joined by spaces (runs of spaces made one), every 80-character window an example
-    labelled with the next character; the first 90% of a role's windows train, its test windows start
-    79 characters after them, so no test window overlaps a training one (LEAF's split by sample)."""
+    labelled with the next character, the ids those of LEAF's 80 characters; the first 90% of a role's
+    windows train, its test windows start 79 characters after them, so no test window overlaps a
+    training one (LEAF's split by sample)."""
     texts, names = [], []
     for play, content in _plays(path):
         for role, lines in speaking_roles(content).items():
@@ -114,7 +119,7 @@ def derive_shakespeare(path: Path) -> dict:
                 names.append(f"{play}/{role}")
     if not texts:
         raise FileNotFoundError(f"no speaking roles found in {path}")
-    tok = CharTokenizer(texts)
+    tok = CharTokenizer(chars=LEAF_ALPHABET)
     parts: dict[str, list] = {f"{s}_{k}": [] for s in ("train", "test") for k in ("x", "y", "client")}
     roles = []
     w = SHAKESPEARE_WINDOW
@@ -122,7 +127,7 @@ def derive_shakespeare(path: Path) -> dict:
         n = len(text) - w
         if n < 1:
             continue
-        ids = np.array([tok.index[c] for c in text], dtype=np.int8)
+        ids = np.array([tok.index.get(c, UNK) for c in text], dtype=np.int8)
         windows = np.lib.stride_tricks.sliding_window_view(ids[:-1], w)  # windows[i] = ids[i:i+w], label ids[i+w]
         n_train = max(1, int(SHAKESPEARE_TRAIN_FRACTION * n))
         for split, idx in (("train", np.arange(n_train)), ("test", np.arange(n_train + w - 1, n))):
