@@ -147,8 +147,9 @@ def select_roles(arrays: dict, num_clients: int, seed: int) -> dict:
     n = len(arrays["roles"])
     if num_clients > n:
         raise ValueError(f"num-clients = {num_clients} exceeds the {n} speaking roles of shakespeare")
-    keep = np.sort(np.random.default_rng(seed).choice(n, num_clients, replace=False)) if 0 < num_clients < n \
-        else np.arange(n)
+    if num_clients in (0, n):  # every role: the cached (memory-mapped) tensors as they are
+        return arrays
+    keep = np.sort(np.random.default_rng(seed).choice(n, num_clients, replace=False))
     new_id = np.full(n, -1, dtype=np.int64)
     new_id[keep] = np.arange(len(keep))
     out = dict(arrays, roles=[arrays["roles"][i] for i in keep])
