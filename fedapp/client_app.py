@@ -29,9 +29,8 @@ from flwr.clientapp import ClientApp
 
 from fedapp import registry
 from fedapp.config import RunConfig, parse_run_config
-from fedapp.experiment import ClientData, client_data, device_of
+from fedapp.experiment import ClientData, client_data, device_of, model_for
 from fedapp.faults import fault_mod
-from fedapp.models import build_model
 from fedapp.records import Payload, from_record, make_content, payload_of
 from fedapp.results import atomic_write
 from fedapp.watchdog import superlink_watchdog_mod
@@ -149,8 +148,7 @@ def make_client(cfg: RunConfig, context: Context, key: str | None = None):
     pid = partition_id(context)
     data_dir = context.node_config.get("data-dir") or None
     data = cached_client_data(cfg, pid, data_dir)
-    torch.manual_seed(cfg.seed)
-    model = build_model(cfg.model, tuple(data.train_x.shape[1:]), data.num_classes)
+    model = model_for(cfg, data)
     return registry.get(cfg.strategy).client(cfg, model, data, load_state(context, cfg, key), device_of(cfg))
 
 

@@ -31,11 +31,13 @@ class Key:
     low: float | None = None
     high: float | None = None
     low_open: bool = False  # True: value must be strictly greater than ``low``
+    #: values beside ``choices``: (their description, a test of a value), e.g. a model's import path
+    also: tuple[str, Callable[[str], bool]] | None = None
 
     def allowed(self) -> str:
         if self.choices is not None:
             choices = self.choices() if callable(self.choices) else self.choices
-            return "one of " + ", ".join(repr(c) for c in sorted(choices))
+            return "one of " + ", ".join(repr(c) for c in sorted(choices)) + (f" or {self.also[0]}" if self.also else "")
         lo = "-inf" if self.low is None else self.low
         hi = "inf" if self.high is None else self.high
         return f"a {self.type.__name__} in {'(' if self.low_open else '['}{lo}, {hi}]"
@@ -61,7 +63,7 @@ class Key:
             raise fail
         if self.choices is not None:
             choices = self.choices() if callable(self.choices) else self.choices
-            if value not in choices:
+            if value not in choices and not (self.also and self.also[1](value)):
                 raise fail
         if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
             raise fail
@@ -111,8 +113,26 @@ COMMON_KEYS: tuple[Key, ...] = (
         "multiplies the logits by the 0/1 presence vector, as the PeFLL authors' public code does (an absent "
         "class can still win when every present logit is negative). The server's central evaluation on the "
         "global test set is never masked (no single client's classes apply).", ("off", "exclude", "zero")),
-    Key("dataset", str, "synthetic", "Data source name.", _datasets),
-    Key("data-dir", str, "", "Directory with an ImageFolder tree or <name>.tar.gz archive; '' searches the defaults."),
+    Key("dataset", str, "synthetic", "Data source: a built-in name, 'table' (train.csv or train.parquet in data-dir) "
+        "or 'hf:<hub id>' (a Hugging Face hub dataset through flwr-datasets; online only).", _datasets,
+        also=("'hf:<hub id>'", lambda v: v.startswith("hf:") and len(v) > 3)),
+    Key("data-dir", str, "", "Directory with an ImageFolder tree or <name>.tar.gz archive (table: train.csv or "
+        "train.parquet, optionally test.csv or test.parquet); '' searches the defaults."),
+    Key("label-column", str, "label", "table and hf: the label column ('' for hf: inferred when one column is a "
+        "class label)."),
+    Key("feature-columns", str, "", "table and hf: comma-separated feature columns; '' every column but the label, "
+        "client and text ones (hf: the one image or text column)."),
+    Key("text-column", str, "", "table and hf: a column of raw text, classified as a sequence of character ids "
+        "(built-in tokenizer, id 0 padding); '' none (hf: inferred when the only feature is text)."),
+    Key("client-column", str, "", "table and hf: a column naming each row's client (site, writer, role), which "
+        "partition 'natural' follows; '' none."),
+    Key("seq-len", int, 0, "Text: token ids per example, longer texts cut, shorter ones padded; 0 the longest "
+        "training text's length.", low=0),
+    Key("global-test-fraction", float, 0.2, "table and hf without a test file or split: share of the rows held out "
+        "as the global test split.", low=0.0, high=0.9),
+    Key("hf-split", str, "train", "hf: the hub split clients train on."),
+    Key("hf-test-split", str, "test", "hf: the hub split the server evaluates on; '' or a missing split holds "
+        "global-test-fraction of hf-split out."),
     Key("synthetic-alpha", float, 1.0, "Synthetic(alpha, beta): model heterogeneity.", low=0.0),
     Key("synthetic-beta", float, 1.0, "Synthetic(alpha, beta): feature heterogeneity.", low=0.0),
     Key("partition", str, "natural", "Partitioner name.", _partitions),
@@ -131,7 +151,13 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("local-test", str, "split", "Where a client's local test set comes from: 'split' keeps test-fraction of its "
         "partition; 'test-split' cuts the dataset's test split with the same partitioner (partition 'half-classes' "
         "only: its class shares are fixed) and the client trains on its whole partition.", ("split", "test-split")),
-    Key("model", str, "mlp", "Model name; input shape and class count follow the dataset.", _models),
+    Key("model", str, "mlp", "Model: a built-in name, or '<module>:<callable>', any importable callable that "
+        "returns a torch.nn.Module, called as callable(input_shape, num_classes) (text: also vocab_size=, "
+        "seq_len=); input shape and class count follow the dataset.", _models,
+        also=("'<module>:<callable>'", lambda v: v.count(":") == 1 and all(v.split(":")))),
+    Key("head-modules", str, "", "Comma-separated names of the model's head modules, where an algorithm splits "
+        "body and head (FedALS, FedRep, HCCT-P); '' the model's own `head` declaration, or the last layer of a "
+        "built-in model."),
     Key("local-epochs", int, 1, "Local epochs per round (used when local-steps is 0).", low=1),
     Key("local-steps", int, 0, "Local SGD steps per round; 0 means use local-epochs.", low=0),
     Key("batch-size", int, 32, "Local minibatch size.", low=1),
@@ -245,10 +271,12 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
 
     spec = algorithms()[values["strategy"]]
     cfg = RunConfig(values, spec.prefix)
-    if values["partition"] == "natural" and values["dataset"] not in ("synthetic", "femnist", "digit5"):
+    natural = ("synthetic", "femnist", "digit5", "shakespeare")
+    if values["partition"] == "natural" and values["dataset"] not in natural and not values["client-column"]:
         raise ConfigError(
             f"run config 'partition' = 'natural' needs a dataset with natural clients "
-            f"('synthetic', 'femnist'), not {values['dataset']!r}; use e.g. 'iid' or 'dirichlet'"
+            f"({', '.join(map(repr, natural))}, or a 'client-column'), not {values['dataset']!r}; use e.g. 'iid' "
+            "or 'dirichlet'"
         )
     if cfg.min_train_nodes > cfg.num_clients:
         raise ConfigError(f"run config 'min-train-nodes' = {cfg.min_train_nodes} exceeds 'num-clients' = {cfg.num_clients}")

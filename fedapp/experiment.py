@@ -18,7 +18,7 @@ import torch
 
 from fedapp.config import RunConfig
 from fedapp.data import Dataset, load_dataset, local_test_split, split_seen_unseen
-from fedapp.data.sources import cache_dir
+from fedapp.data.sources import DATA_OPTIONS, cache_dir
 from fedapp.models import build_model
 
 
@@ -29,14 +29,20 @@ def device_of(cfg: RunConfig) -> torch.device:
 
 
 @lru_cache(maxsize=4)
-def _dataset(name: str, data_dir: str, num_clients: int, seed: int, s_alpha: float, s_beta: float) -> Dataset:
+def _dataset(name: str, data_dir: str, num_clients: int, seed: int, s_alpha: float, s_beta: float,
+             options: tuple = ()) -> Dataset:
     return load_dataset(name, data_dir, num_clients=num_clients, seed=seed,
-                        synthetic_alpha=s_alpha, synthetic_beta=s_beta)
+                        synthetic_alpha=s_alpha, synthetic_beta=s_beta, options=options)
+
+
+def data_options(cfg: RunConfig) -> tuple:
+    """The run config's keys that shape a table or hub dataset, as ``load_dataset``'s ``options``."""
+    return tuple((k, cfg[k]) for k in DATA_OPTIONS)
 
 
 def dataset(cfg: RunConfig, data_dir: str | None = None) -> Dataset:
     return _dataset(cfg.dataset, cfg.data_dir if data_dir is None else data_dir, cfg.num_clients,
-                    cfg.seed, cfg.synthetic_alpha, cfg.synthetic_beta)
+                    cfg.seed, cfg.synthetic_alpha, cfg.synthetic_beta, data_options(cfg))
 
 
 def cached_indices(kind: str, inputs: tuple, build) -> list:
@@ -76,8 +82,9 @@ PARTITIONERS_SOURCE = Path(__file__).parent / "data" / "partitioners.py"
 
 @lru_cache(maxsize=4)
 def _partitions(name: str, data_dir: str, num_clients: int, seed: int, s_alpha: float, s_beta: float,
-                partition: str, alpha: float, classes: int, shards: int, sigma: float) -> list[np.ndarray]:
-    ds = _dataset(name, data_dir, num_clients, seed, s_alpha, s_beta)
+                partition: str, alpha: float, classes: int, shards: int, sigma: float,
+                options: tuple = ()) -> list[np.ndarray]:
+    ds = _dataset(name, data_dir, num_clients, seed, s_alpha, s_beta, options)
 
     def build():
         from fedapp.data.partitioners import partition_indices
@@ -93,20 +100,20 @@ def partitions(cfg: RunConfig) -> list[np.ndarray]:
     """Every client's indices into the configured dataset's training split."""
     return _partitions(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.seed, cfg.synthetic_alpha,
                        cfg.synthetic_beta, cfg.partition, cfg.partition_alpha, cfg.partition_classes,
-                       cfg.partition_shards, cfg.partition_sigma)
+                       cfg.partition_shards, cfg.partition_sigma, data_options(cfg))
 
 
 def test_partitions(cfg: RunConfig) -> list[np.ndarray]:
     """Every client's indices into the dataset's test split, cut like its training partition
     (``local-test = "test-split"``, which the config allows with partition 'half-classes' only)."""
     return _test_partitions(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.seed, cfg.synthetic_alpha,
-                            cfg.synthetic_beta)
+                            cfg.synthetic_beta, data_options(cfg))
 
 
 @lru_cache(maxsize=4)
 def _test_partitions(name: str, data_dir: str, num_clients: int, seed: int, s_alpha: float,
-                     s_beta: float) -> list[np.ndarray]:
-    ds = _dataset(name, data_dir, num_clients, seed, s_alpha, s_beta)
+                     s_beta: float, options: tuple = ()) -> list[np.ndarray]:
+    ds = _dataset(name, data_dir, num_clients, seed, s_alpha, s_beta, options)
 
     def build():
         from fedapp.data.partitioners import half_classes_test_split
@@ -117,8 +124,8 @@ def _test_partitions(name: str, data_dir: str, num_clients: int, seed: int, s_al
 
 @lru_cache(maxsize=4)
 def _pfedhn_partitions(name: str, data_dir: str, num_clients: int, seed: int, s_alpha: float, s_beta: float,
-                       classes: int) -> tuple:
-    ds = _dataset(name, data_dir, num_clients, seed, s_alpha, s_beta)
+                       classes: int, options: tuple = ()) -> tuple:
+    ds = _dataset(name, data_dir, num_clients, seed, s_alpha, s_beta, options)
 
     def build():
         from fedapp.data.partitioners import pfedhn_partitions
@@ -143,6 +150,11 @@ class ClientData:
     unseen: bool = False
     val_x: torch.Tensor | None = None  # held-out validation examples (partition "pfedhn")
     val_y: torch.Tensor | None = None
+    vocab_size: int | None = None  # text: the token ids' vocabulary
+
+    @property
+    def input_shape(self) -> tuple:
+        return tuple(self.train_x.shape[1:])
 
 
 def release_data() -> None:
@@ -165,11 +177,12 @@ def client_data(cfg: RunConfig, pid: int, data_dir: str | None = None) -> Client
         ds = dataset(cfg)
         tr, va, te = (p[pid] for p in _pfedhn_partitions(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.seed,
                                                          cfg.synthetic_alpha, cfg.synthetic_beta,
-                                                         cfg.partition_classes))
+                                                         cfg.partition_classes, data_options(cfg)))
         return ClientData(pid, ds.train_x[tr], ds.train_y[tr], ds.test_x[te], ds.test_y[te], ds.num_classes,
-                          ds.mean, ds.std, ds.augment and cfg.data_augment, unseen, ds.train_x[va], ds.train_y[va])
+                          ds.mean, ds.std, ds.augment and cfg.data_augment, unseen, ds.train_x[va], ds.train_y[va],
+                          ds.vocab_size)
     if data_dir is not None:
-        ds = load_dataset("imagefolder", data_dir, seed=cfg.seed)
+        ds = site_dataset(cfg, data_dir)
         idx = np.arange(len(ds.train_y))
     else:
         ds = dataset(cfg)
@@ -183,7 +196,16 @@ def client_data(cfg: RunConfig, pid: int, data_dir: str | None = None) -> Client
     else:
         test_x, test_y = ds.train_x[test_idx], ds.train_y[test_idx]
     return ClientData(pid, ds.train_x[train_idx], ds.train_y[train_idx], test_x, test_y,
-                      ds.num_classes, ds.mean, ds.std, ds.augment and cfg.data_augment, unseen)
+                      ds.num_classes, ds.mean, ds.std, ds.augment and cfg.data_augment, unseen,
+                      vocab_size=ds.vocab_size)
+
+
+def site_dataset(cfg: RunConfig, data_dir: str) -> Dataset:
+    """A SuperNode's own data (node config ``data-dir``), of the kind the run's ``dataset`` names: a
+    table (train.csv / train.parquet, read with the run's column keys), the raw Shakespeare plays
+    (all of the site's roles), or an ImageFolder tree for every image dataset."""
+    kind = cfg.dataset if cfg.dataset in ("table", "shakespeare") else "imagefolder"
+    return load_dataset(kind, data_dir, num_clients=0, seed=cfg.seed, options=data_options(cfg))
 
 
 def unseen_clients(cfg: RunConfig) -> frozenset[int]:
@@ -193,11 +215,13 @@ def unseen_clients(cfg: RunConfig) -> frozenset[int]:
     return frozenset(split_seen_unseen(cfg.num_clients, cfg.unseen_fraction, cfg.seed)[1])
 
 
-def model_for(cfg: RunConfig, ds: Dataset | None = None) -> torch.nn.Module:
-    """The configured model, initialised from the run seed (identical on server and clients)."""
+def model_for(cfg: RunConfig, ds: Dataset | ClientData | None = None) -> torch.nn.Module:
+    """The configured model for the data of ``ds`` (the dataset, or a client's data), initialised from
+    the run seed (identical on server and clients)."""
     ds = ds or dataset(cfg)
     torch.manual_seed(cfg.seed)
-    return build_model(cfg.model, ds.input_shape, ds.num_classes)
+    return build_model(cfg.model, ds.input_shape, ds.num_classes, vocab_size=ds.vocab_size,
+                       seq_len=ds.input_shape[0] if ds.vocab_size else None, head_modules=cfg.head_modules)
 
 
 def round_lr(cfg: RunConfig, server_round: int) -> float:

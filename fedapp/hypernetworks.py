@@ -3,6 +3,8 @@ descriptor v (client side), and the hypernetwork h that maps v to the client's m
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -40,9 +42,26 @@ class LabelEmbedding(nn.Module):
         return self.fc(F.one_hot(y, self.num_classes).float())
 
 
+class FeatureEmbedding(nn.Module):
+    """phi(x, y) = W [x, one-hot(y)] + b on data that is not images (tabular features, token ids as
+    numbers): the counterpart of ``CNNEmbedding`` for a flat input."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, dim: int, labels: bool = True):
+        super().__init__()
+        self.num_classes = num_classes if labels else 0
+        self.fc = nn.Linear(math.prod(input_shape) + self.num_classes, dim)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        parts = [x.flatten(1).float()] + ([F.one_hot(y, self.num_classes).float()] if self.num_classes else [])
+        return self.fc(torch.cat(parts, 1))
+
+
 def embedding_network(kind: str, input_shape: tuple[int, ...], num_classes: int, dim: int) -> nn.Module:
+    """phi of ``pefll.embedding`` for inputs of ``input_shape``: images (C, H, W) or anything else."""
     if kind == "label":
         return LabelEmbedding(input_shape, num_classes, dim)
+    if len(input_shape) != 3:
+        return FeatureEmbedding(input_shape, num_classes, dim, labels=kind == "cnn")
     return CNNEmbedding(input_shape, num_classes, dim, labels=kind == "cnn")
 
 

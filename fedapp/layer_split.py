@@ -1,11 +1,13 @@
 """FedALS's split of a model into a body phi (the first L layer groups) and a head h: the client
-trains and sends the parts, the server averages them, so both take the split from here."""
+trains and sends the parts, the server averages them, so both take the split from here; and the
+check of the split the personal-head algorithms (FedRep, HCCT-P) need."""
 
 from __future__ import annotations
 
 import torch
 
-from fedapp.models import layer_groups
+from fedapp.config import ConfigError
+from fedapp.models import body_head_keys, declared_head, is_builtin, layer_groups, split_declared
 
 
 def fedals_layer_groups(model: torch.nn.Module, grouping: str = "layers") -> list[list[str]]:
@@ -29,9 +31,16 @@ def split_model(model: torch.nn.Module, body_layers: int, grouping: str) -> tupl
     """(body, head) state_dict keys: the first ``body_layers`` (``fedals.body-layers``) groups of
     ``grouping`` (``fedals.layer-groups``) are the body. 0 is the paper's default (Table 4): the body
     is the convolutional layers and the head the final dense layers (LeNet: conv1, conv2 | fc1, fc2,
-    fc; ResNet-20: all convs | fc); for a model without convolutions, all layers but the last."""
+    fc; ResNet-20: all convs | fc); for a model without convolutions, all layers but the last. A model
+    that declares its head (``fedapp.models.declared_head``) is split there with 0; a user's model that
+    declares none needs a head declaration or ``body-layers``."""
     groups = fedals_layer_groups(model, grouping)
     n, L = len(groups), body_layers
+    if L == 0 and (head := declared_head(model)) is not None:
+        return split_declared(model, head)
+    if L == 0 and not is_builtin(model):
+        raise ValueError(f"{type(model).__name__} declares no head: set run config 'head-modules' (or give the model a "
+                         "`head` attribute naming its head modules), or 'fedals.body-layers'")
     if L == 0:
         convs = 0
         for g in groups:
@@ -42,3 +51,13 @@ def split_model(model: torch.nn.Module, body_layers: int, grouping: str) -> tupl
     if not 1 <= L < n:
         raise ValueError(f"body-layers must be 0 or in [1, {n - 1}] (this model has {n} layer groups), got {L}")
     return [k for g in groups[:L] for k in g], [k for g in groups[L:] for k in g]
+
+
+def check_head(cfg, model: nn.Module) -> None:
+    """The body/head split an algorithm with a personal head needs (FedRep, HCCT-P): a ConfigError
+    naming ``head-modules`` when the model declares none (a user's model) or a wrong one."""
+    try:
+        body_head_keys(model)
+    except ValueError as err:
+        raise ConfigError(f"run config 'head-modules' = {cfg.head_modules!r} is invalid for {cfg.strategy}: "
+                          f"{err}") from None

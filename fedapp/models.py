@@ -8,6 +8,7 @@ and ``layer_groups`` can derive layers by walking ``named_modules()`` without tr
 """
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Callable
 
@@ -15,8 +16,10 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-_LAYER_TYPES = (nn.Conv2d, nn.Linear)
-_NORM_TYPES = (nn.BatchNorm2d, nn.GroupNorm, nn.LayerNorm)
+_NORM_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.GroupNorm, nn.LayerNorm)
+#: the most parameters a hypernetwork generates (PeFLL, pFedHN): its output layer alone has
+#: ``hyper-hidden`` (100) times as many, 4 bytes each, and the server's Adam keeps two more copies
+MAX_GENERATED_PARAMS = 1_000_000
 
 
 def _flat_dim(features: nn.Module, input_shape: tuple[int, ...]) -> int:
@@ -134,6 +137,27 @@ def hcct_mlp_softmax(input_shape, num_classes):
     return HCCTMLP(input_shape, num_classes, softmax_output=True)
 
 
+class LSTM(nn.Module):
+    """LEAF's Shakespeare model (Caldas et al. 2018; PeFLL's next-character task): an 8-dim character
+    embedding, two LSTM layers of 256, a linear head over the vocabulary, read at the last position.
+    Padded batches (sequence classification; id 0 is padding) are read at each example's last real
+    token, so the padding never reaches the head."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, vocab_size: int | None = None,
+                 seq_len: int | None = None, embed_dim: int = 8, hidden: int = 256):
+        super().__init__()
+        if vocab_size is None:
+            raise ValueError("lstm needs a text dataset (token ids and a vocabulary)")
+        self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=0)
+        self.lstm = nn.LSTM(embed_dim, hidden, num_layers=2, batch_first=True)
+        self.fc = nn.Linear(hidden, num_classes)
+
+    def forward(self, x):
+        out, _ = self.lstm(self.embed(x))
+        last = (x != 0).sum(1).clamp(min=1) - 1  # the last real token of each (right-padded) row
+        return self.fc(out[torch.arange(len(x), device=x.device), last])
+
+
 class BasicBlock(nn.Module):
     """ResNet basic block; the shortcut is registered last so state_dict order is conv1, conv2, shortcut."""
 
@@ -219,22 +243,91 @@ MODELS: dict[str, Callable[[tuple[int, ...], int], nn.Module]] = {
     "hcct-cnn": HCCTCNN,
     "hcct-mlp": HCCTMLP,
     "hcct-mlp-softmax": hcct_mlp_softmax,
+    "lstm": LSTM,
 }
+#: the built-in models that read token ids (they take ``vocab_size`` and ``seq_len``)
+TEXT_MODELS = ("lstm",)
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    """Instantiate ``name`` sized for the dataset (input channels/size and class count)."""
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; allowed: {sorted(MODELS)}")
-    return MODELS[name](tuple(input_shape), num_classes)
+def is_own(name: str) -> bool:
+    """``model = "<module>:<callable>"``: the user's own model factory, not a built-in name."""
+    return ":" in name
+
+
+def factory(name: str) -> Callable[..., nn.Module]:
+    """The callable ``name`` stands for: a built-in model, or ``<module>:<callable>`` imported from the
+    user's package (installed or on ``PYTHONPATH``); ``<callable>`` may be dotted (``Net.build``)."""
+    if not is_own(name):
+        if name not in MODELS:
+            raise ValueError(f"unknown model {name!r}; allowed: {sorted(MODELS)} or '<module>:<callable>'")
+        return MODELS[name]
+    module, _, attr = name.partition(":")
+    try:
+        obj = importlib.import_module(module)
+    except ImportError as err:
+        raise ValueError(f"cannot import module {module!r} ({type(err).__name__}: {err}); install the package "
+                         "or put its folder on PYTHONPATH") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"module {module!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"{name!r} is not callable")
+    return obj
+
+
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, vocab_size: int | None = None,
+                seq_len: int | None = None, head_modules: str = "") -> nn.Module:
+    """Instantiate ``name`` sized for the dataset: ``factory(name)(input_shape, num_classes)``, plus
+    ``vocab_size=`` and ``seq_len=`` for text data (token ids). ``head_modules`` (run config
+    ``head-modules``, comma-separated module names) declares the model's head, overriding its own."""
+    build = factory(name)
+    text = {"vocab_size": vocab_size, "seq_len": seq_len} if vocab_size is not None else {}
+    if not is_own(name) and name not in TEXT_MODELS:
+        text = {}  # the image and feature models take neither
+    model = build(tuple(input_shape), num_classes, **text)
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"{name!r} returned a {type(model).__name__}, not a torch.nn.Module")
+    if head_modules:
+        model.head_modules = tuple(m.strip() for m in head_modules.split(",") if m.strip())
+    return model
+
+
+def declared_head(model: nn.Module) -> list[str] | None:
+    """The names of the model's head modules, as declared: ``head_modules`` (set from run config
+    ``head-modules``), else a ``head`` attribute naming them (a string or a sequence of strings), else a
+    submodule called ``head``; None when the model declares none. Each must be a submodule with state."""
+    names = getattr(model, "head_modules", None)
+    if names is None:
+        head = getattr(model, "head", None)
+        names = ["head"] if isinstance(head, nn.Module) else head
+    if names is None:
+        return None
+    names = [names] if isinstance(names, str) else list(names)
+    modules = dict(model.named_modules())
+    for n in names:
+        if n not in modules or not any(True for _ in modules[n].state_dict()):
+            raise ValueError(f"declared head module {n!r} is not a submodule with parameters of "
+                             f"{type(model).__name__} (its modules: {', '.join(k for k in modules if k)})")
+    return names
+
+
+def split_declared(model: nn.Module, head: list[str]) -> tuple[list[str], list[str]]:
+    """(body, head) state_dict keys, the head the keys under the modules ``head``; both non-empty."""
+    keys = list(model.state_dict())
+    heads = [k for k in keys if any(k.startswith(f"{m}.") for m in head)]
+    if len(heads) == len(keys):
+        raise ValueError(f"the declared head {head} holds the whole model: no body is left")
+    return [k for k in keys if k not in heads], heads
 
 
 def layer_groups(model: nn.Module) -> list[list[str]]:
     """Group state_dict keys into forward-ordered layers.
 
-    Each Conv/Linear opens a group holding its own keys; state owned by any other module (the
-    norm layer after it: affine parameters and running-stat buffers) joins the open group.
-    Relies on the models registering submodules in forward order (true for every model here).
+    Each module owning state of its own opens a group holding its keys (a Conv, Linear, Embedding,
+    LSTM, or a custom layer), except a norm layer: its affine parameters and running-stat buffers
+    join the open group of the layer before it. Relies on the model registering submodules in
+    forward order (true for every model here; a user's model's layers are counted in its order).
     """
     owned: dict[str, list[str]] = {}
     for key in model.state_dict():
@@ -242,25 +335,35 @@ def layer_groups(model: nn.Module) -> list[list[str]]:
     groups: list[list[str]] = []
     for name, module in model.named_modules():
         keys = owned.get(name, [])
-        if isinstance(module, _LAYER_TYPES):
-            groups.append(list(keys))
-        elif keys:
-            if not groups:
-                raise ValueError(f"module {name!r} holds state before any Conv/Linear layer")
+        if keys and isinstance(module, _NORM_TYPES) and groups:
             groups[-1].extend(keys)
+        elif keys:
+            groups.append(list(keys))
     return groups
+
+
+def is_builtin(model: nn.Module) -> bool:
+    return type(model).__module__ == __name__
 
 
 def body_head_keys(model: nn.Module, num_body_layers: int | None = None) -> tuple[list[str], list[str]]:
     """Split state_dict keys into (body, head).
 
-    By default the head is the final layer group (the classifier) and the body everything else,
-    which is empty for the one-layer ``logreg``. With ``num_body_layers=L`` the body is the first
-    L groups and the head the rest (FedALS Table 3); both sides must then be non-empty.
+    By default the head is what the model declares (``declared_head``), else, for the models here,
+    the final layer group (the classifier) and the body everything else, which is empty for the
+    one-layer ``logreg``; a user's model that declares no head is refused (run config
+    ``head-modules``). With ``num_body_layers=L`` the body is the first L groups and the head the rest
+    (FedALS Table 3); both sides must then be non-empty.
     """
     groups = layer_groups(model)
     n = len(groups)
     if num_body_layers is None:
+        head = declared_head(model)
+        if head is not None:
+            return split_declared(model, head)
+        if not is_builtin(model):
+            raise ValueError(f"{type(model).__name__} declares no head: set run config 'head-modules' to its head "
+                             "modules' names (e.g. 'fc') or give the model a `head` attribute naming them")
         num_body_layers = n - 1
     else:
         is_int = isinstance(num_body_layers, int) and not isinstance(num_body_layers, bool)

@@ -17,9 +17,10 @@ from typing import Any
 
 import torch
 
-from fedapp import checkpoint
+from fedapp import checkpoint, registry
 from fedapp.config import ConfigError, RunConfig, parse_run_config
 from fedapp.data import Dataset, local_test_split, prepare, split_seen_unseen
+from fedapp.data.tables import ColumnError
 from fedapp.experiment import dataset, model_for, partitions
 
 
@@ -34,8 +35,10 @@ def load_data(cfg: RunConfig) -> Dataset:
     """The configured dataset; a failure names ``data-dir`` (or ``dataset``) and the fix."""
     try:
         ds = dataset(cfg)
+    except ColumnError as err:  # a column key of a table or hub dataset, named already
+        raise ConfigError(str(err)) from None
     except (OSError, ValueError) as err:  # not found, unreadable, an image that does not decode
-        key = "data-dir" if cfg.data_dir else "dataset"
+        key = "data-dir" if cfg.data_dir and not cfg.dataset.startswith("hf:") else "dataset"
         raise ConfigError(f"run config '{key}' = {cfg[key]!r}: {str(err).strip().splitlines()[0]}") from err
     if len(ds.test_y) and ds.test_x.shape[1:] != ds.train_x.shape[1:]:
         raise ConfigError(f"run config 'dataset' = {cfg.dataset!r}: its train examples have shape "
@@ -43,19 +46,32 @@ def load_data(cfg: RunConfig) -> Dataset:
     return ds
 
 
-def check_model(cfg: RunConfig, ds: Dataset) -> None:
-    """One forward pass of the configured model on two of the dataset's examples."""
+def check_model(cfg: RunConfig, ds: Dataset) -> torch.nn.Module:
+    """Build the configured model (a user's ``<module>:<callable>`` imported and called), run one
+    forward pass on two of the dataset's examples, and let the algorithm check it (a declared head,
+    a size it can generate)."""
     try:
-        model = model_for(cfg, ds).eval()
+        model = model_for(cfg, ds)
+    except Exception as err:  # the user's own factory may raise anything  # noqa: BLE001
+        first = (str(err).strip().splitlines() or [""])[0]
+        raise ConfigError(f"run config 'model' = {cfg.model!r} cannot be built for dataset {cfg.dataset!r} "
+                          f"({type(err).__name__}: {first})") from None
+    try:
+        model.eval()
         with torch.no_grad():
             out = model(prepare(ds.train_x[:2], ds.mean, ds.std))
-        if tuple(out.shape) != (min(2, len(ds.train_y)), ds.num_classes):
-            raise ValueError(f"it gives outputs of shape {tuple(out.shape)}")
-    except (RuntimeError, ValueError) as err:
-        first = str(err).strip().splitlines()[0]
-        raise ConfigError(f"run config 'model' = {cfg.model!r} cannot take dataset {cfg.dataset!r}'s inputs of "
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != (min(2, len(ds.train_y)), ds.num_classes):
+            raise ValueError(f"it gives outputs of shape {tuple(getattr(out, 'shape', ()))}, not (batch, "
+                             f"{ds.num_classes} classes)")
+    except (RuntimeError, ValueError, TypeError, IndexError) as err:
+        first = (str(err).strip().splitlines() or [""])[0]
+        kind = "token ids" if ds.vocab_size else "inputs"
+        raise ConfigError(f"run config 'model' = {cfg.model!r} cannot take dataset {cfg.dataset!r}'s {kind} of "
                           f"shape {ds.input_shape} ({first}); pick a model for that input (mlp, logreg take "
-                          "any shape; lenet, cnn4, resnet20, resnet18gn need images)") from None
+                          "feature vectors and images; lenet, cnn4, resnet20, resnet18gn need images; lstm needs "
+                          "text)") from None
+    registry.get(cfg.strategy).strategy.check_model(cfg, model)
+    return model
 
 
 def check_partitions(cfg: RunConfig, ds: Dataset) -> None:

@@ -107,6 +107,11 @@ class FedStrategy(Strategy):
     def check_config(cls, cfg: RunConfig) -> None:
         """Cross-key checks of the algorithm's settings; raise ConfigError."""
 
+    @classmethod
+    def check_model(cls, cfg: RunConfig, model: torch.nn.Module) -> None:
+        """What the algorithm needs of the model (a declared head, a size it can generate); raise
+        ConfigError naming the key. The preflight calls it with the built model."""
+
     def summary(self) -> None:
         keys = {f"{self.config_prefix}.{k.name}": self.cfg.algo(k.name) for k in self.config_keys}
         log(INFO, "%s: %s", type(self).__name__, keys or "no algorithm settings")

@@ -55,12 +55,22 @@ class FedALS(FedStrategy):
         if cfg.algo("nesterov") and cfg.momentum == 0.0:
             raise ConfigError("run config 'fedals.nesterov' = True is invalid with momentum = 0: allowed is False")
 
+    @classmethod
+    def check_model(cls, cfg, model):
+        cls.body_head(cfg, model)
+
+    @staticmethod
+    def body_head(cfg, model) -> tuple[list[str], list[str]]:
+        """(body, head) keys of ``model`` by ``fedals.body-layers`` or the model's declared head."""
+        try:
+            return split_model(model, cfg.algo("body-layers"), cfg.algo("layer-groups"))
+        except ValueError as err:
+            key = "head-modules" if "declare" in str(err) else "fedals.body-layers"
+            raise ConfigError(f"run config '{key}' = {cfg[key]!r} is invalid for {cfg.strategy}: {err}") from None
+
     def __init__(self, cfg, model, dataset=None):
         super().__init__(cfg, model, dataset)
-        try:
-            self.body_keys, self.head_keys = split_model(model, cfg.algo("body-layers"), cfg.algo("layer-groups"))
-        except ValueError as err:
-            raise ConfigError(f"run config 'fedals.body-layers' = {cfg.algo('body-layers')} is invalid: {err}") from None
+        self.body_keys, self.head_keys = self.body_head(cfg, model)
         self.alpha: int = cfg.algo("alpha")
         self.body_round = 0  # round of the last body average (0: the initial model)
         self.body_pids: set[int] = set()  # clients whose bodies that average holds

@@ -6,6 +6,7 @@ from clients.fedrep import FedRepClient
 from fedapp.aggregation import weighted_mean
 from fedapp.config import Key
 from fedapp.experiment import round_lr
+from fedapp.layer_split import check_head
 from fedapp.models import body_head_keys
 from strategies.base import FedStrategy
 from strategies.driver import spec_of
@@ -29,6 +30,10 @@ class FedRep(FedStrategy):
             "(PeFLL's runs: 20); 0: as head-epochs / head-steps.", low=0),
     )
     global_model = False  # a shared body; every head stays on its client
+
+    @classmethod
+    def check_model(cls, cfg, model):
+        check_head(cfg, model)
 
     def __init__(self, cfg, model, dataset=None):
         super().__init__(cfg, model, dataset)

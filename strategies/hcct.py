@@ -16,6 +16,7 @@ from clients.hcct import HCCTClient, HCCTPClient
 from fedapp.aggregation import weighted_mean
 from fedapp.config import ConfigError, Key, RunConfig
 from fedapp.experiment import round_lr
+from fedapp.layer_split import check_head
 from fedapp.models import body_head_keys, layer_groups
 from fedapp.records import Shared, Tensors
 from strategies.base import FedStrategy
@@ -366,6 +367,10 @@ class HCCTP(HCCT):
             "from the group's average of its members' heads ('group', the authors' code).", ("own", "group")),
     )
     client_keys = ("head-start",)
+
+    @classmethod
+    def check_model(cls, cfg, model):
+        check_head(cfg, model)
 
     def shared_state_keys(self) -> list[str]:
         if self.cfg.algo("head-start") == "group":

@@ -7,7 +7,7 @@ import torch
 from clients.ifca import IFCAClient
 from fedapp.aggregation import weighted_mean
 from fedapp.config import Key, RunConfig
-from fedapp.models import build_model
+from fedapp.experiment import model_for
 from fedapp.records import Shared, Tensors
 from strategies.base import FedStrategy
 from strategies.driver import Reply
@@ -39,8 +39,7 @@ class IFCA(FedStrategy):
 
     def seeded_state(self, j: int) -> Tensors:
         ds = self.dataset
-        torch.manual_seed(self.cfg.seed * 1009 + j)
-        model = build_model(self.cfg.model, ds.input_shape, ds.num_classes)
+        model = model_for(self.cfg.replace(seed=self.cfg.seed * 1009 + j), ds)
         return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
     def chosen(self) -> int:

@@ -15,6 +15,7 @@ from clients.pefll import PeFLLClient
 from fedapp.config import ConfigError, Key
 from fedapp.files import atomic_write
 from fedapp.hypernetworks import EMBEDDINGS, HyperNetwork, embedding_network
+from fedapp.models import MAX_GENERATED_PARAMS
 from fedapp.records import Tensors
 from strategies.base import FedStrategy
 from strategies.driver import Reply, Spec, spec_of
@@ -59,8 +60,9 @@ class PeFLL(FedStrategy):
         Key("lambda-h", float, 1e-3, "L2 weight lambda_h of the hypernetwork.", low=0.0),
         Key("lambda-v", float, 1e-3, "L2 weight lambda_v of the embedding network.", low=0.0),
         Key("lambda-theta", float, 0.0, "L2 weight lambda_theta of the client model in local SGD.", low=0.0),
-        Key("embedding", str, "cnn", "phi: cnn (image + one-hot label channels), label (linear in the "
-            "one-hot label), unlabeled (cnn on the image only).", EMBEDDINGS),
+        Key("embedding", str, "cnn", "phi: cnn (image + one-hot label channels; on feature vectors a linear "
+            "map of the features and the one-hot label), label (linear in the one-hot label), unlabeled (cnn on "
+            "the image, or linear in the features, only).", EMBEDDINGS),
         Key("embed-dim", int, 0, "Descriptor size l; 0 means num-clients/4 (the paper; the authors' code "
             "uses 1 + num-clients/4).", low=0),
         Key("descriptor-batch", int, 32, "Examples in the batch B a training descriptor is computed on.", low=1),
@@ -108,9 +110,15 @@ class PeFLL(FedStrategy):
         return embedding_network(self.cfg.algo("embedding"), ds.input_shape, ds.num_classes, embed_dim(self.cfg))
 
     @classmethod
+    def check_model(cls, cfg, model) -> None:
+        """h generates every tensor of the model: up to ``MAX_GENERATED_PARAMS`` entries."""
+        size = sum(v.numel() for v in model.state_dict().values())
+        if size > MAX_GENERATED_PARAMS:
+            raise ConfigError(f"run config 'model' = {cfg.model!r} has {size:,} parameters: {cls.__name__}'s "
+                              f"hypernetwork generates models of at most {MAX_GENERATED_PARAMS:,}")
+
+    @classmethod
     def check_config(cls, cfg) -> None:
-        if cfg.model != "lenet":
-            raise ConfigError(f"run config 'model' = {cfg.model!r}: {cls.__name__} generates 'lenet' models")
         p = cls.config_prefix
         if cfg.algo("server-clip") and cfg.algo("server-opt") == "delta":
             raise ConfigError(f"run config '{p}.server-clip' = {cfg.algo('server-clip')}: clipping needs "

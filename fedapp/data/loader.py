@@ -19,7 +19,10 @@ def prepare(
     x: torch.Tensor, mean: Sequence[float] | torch.Tensor = (), std: Sequence[float] | torch.Tensor = ()
 ) -> torch.Tensor:
     """uint8 images -> float in [0, 1], normalised per channel when ``mean`` is given; float
-    features pass through. No augmentation, so this is also the evaluation transform."""
+    features pass through; token ids (any other integer type) become int64 for an embedding. No
+    augmentation, so this is also the evaluation transform."""
+    if not x.is_floating_point() and x.dtype != torch.uint8:
+        return x.long()
     out = x.float()
     if x.dtype == torch.uint8:
         out = out / 255

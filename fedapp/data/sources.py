@@ -1,8 +1,10 @@
-"""Dataset sources: the LEAF Synthetic benchmark, local ImageFolder trees/archives, the HF hub.
+"""Dataset sources: the LEAF Synthetic benchmark, local ImageFolder trees/archives, the HF hub,
+the user's own tables and hub datasets (``tables.py``), LEAF's Shakespeare (``text.py``).
 
-Every source ends as whole tensors (uint8 images, int64 labels) so training can keep the data
-resident on the device and batch by indexing (see ``loader.py``) instead of decoding per step.
-Decoding 60k images takes seconds to minutes, so decoded tensors are cached on disk.
+Every source ends as whole tensors (uint8 images, float32 features or integer token ids, int64
+labels) so training can keep the data resident on the device and batch by indexing (see
+``loader.py``) instead of decoding per step. Decoding 60k images takes seconds to minutes, so
+decoded tensors are cached on disk.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from flwr.common.logger import log
 from PIL import Image
 
 from .indices import local_test_split
+from .tables import frame_arrays, load_hub, read_table_dir
+from .text import derive_shakespeare, select_roles
 
 SPLITS = ("train", "test")
 _GREY_MODES = {"1", "L", "LA", "I", "I;16", "F"}
@@ -33,7 +37,8 @@ SYNTHETIC_MAX_CLIENT_SIZE = 1000  # caps lognormal(4, 2) tails: ~240 examples pe
 
 @dataclass
 class Dataset:
-    """A whole dataset as tensors; images are uint8 (N, C, H, W), synthetic features float32 (N, D)."""
+    """A whole dataset as tensors; images are uint8 (N, C, H, W), features float32 (N, D), text token
+    ids (N, L) of a signed integer type with ``vocab_size`` set (the models then take it and L)."""
 
     name: str
     train_x: torch.Tensor
@@ -44,8 +49,9 @@ class Dataset:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     augment: bool
-    train_client: np.ndarray | None = None  # natural client id per example (synthetic, FEMNIST)
+    train_client: np.ndarray | None = None  # natural client id per example (synthetic, FEMNIST, roles, sites)
     test_client: np.ndarray | None = None
+    vocab_size: int | None = None  # text: token ids are below it (id 0 is padding)
 
     @property
     def input_shape(self) -> tuple:
@@ -73,7 +79,12 @@ DATASETS: dict[str, Source] = {
     "femnist": Source("flwrlabs/femnist", label_key="character", writer_key="writer_id"),
     "imagefolder": Source(),
     "digit5": Source(),  # local directory only: see _read_digit5
+    "shakespeare": Source(),  # LEAF's task derived from the raw plays (text.py)
+    "table": Source(),  # the user's own train.csv / train.parquet (tables.py)
 }
+#: the run-config keys that shape a table or hub dataset (``load_dataset``'s ``options``)
+DATA_OPTIONS = ("label-column", "feature-columns", "text-column", "client-column", "seq-len",
+                "global-test-fraction", "hf-split", "hf-test-split")
 DIGIT5_DOMAINS = ("mnist", "mnistm", "svhn", "syn", "usps")
 
 
@@ -85,18 +96,45 @@ def load_dataset(
     seed: int = 0,
     synthetic_alpha: float = 1.0,
     synthetic_beta: float = 1.0,
+    options: tuple = (),
 ) -> Dataset:
     """Load ``name`` as tensors: local tree/archive first, then the hub; decoded images are cached.
 
-    ``num_clients``, ``seed`` and the ``synthetic_*`` parameters only affect ``synthetic``.
-    ``imagefolder`` reads the user's own tree: ``data_dir`` holds ``train/<label>/...`` and
-    optionally ``test/<label>/...`` (or is a ``.tar.gz`` of that layout).
+    ``num_clients``, ``seed`` and the ``synthetic_*`` parameters only affect ``synthetic`` (and
+    ``shakespeare``: ``num_clients`` roles drawn by ``seed``, 0 all). ``imagefolder`` reads the user's own tree:
+    ``data_dir`` holds ``train/<label>/...`` and optionally ``test/<label>/...`` (or is a ``.tar.gz`` of
+    that layout); ``table`` the user's train.csv / train.parquet there; ``hf:<hub id>`` a hub dataset.
+    ``options``: (key, value) pairs of the run config's ``DATA_OPTIONS`` (tables and hub datasets).
     """
+    opts = dict(options)
+    if name.startswith("hf:"):
+        hub_id = name[3:]
+        arrays = _cached("hf", f"{hub_id}:{sorted(opts.items())}",
+                         lambda: _read_hf(hub_id, opts))
+        return _dataset_of(name, arrays, augment=False)
     if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; allowed: {', '.join(DATASETS)}")
+        raise ValueError(f"unknown dataset {name!r}; allowed: {', '.join(DATASETS)} or 'hf:<hub id>'")
     if name == "synthetic":
         return make_synthetic(num_clients, seed, synthetic_alpha, synthetic_beta)
     src = DATASETS[name]
+    if name == "table":
+        path = Path(data_dir).expanduser()
+        if not data_dir or not path.is_dir():
+            raise FileNotFoundError(f"table needs data_dir pointing at a folder with train.csv or train.parquet "
+                                    f"(and optionally test.csv or test.parquet); got {data_dir!r}")
+        arrays = _cached(name, f"{_fingerprint(path)}:{sorted(opts.items())}", lambda: read_table_dir(path, opts))
+        return _dataset_of(name, arrays, augment=False)
+    if name == "shakespeare":
+        dirs = search_dirs(data_dir)
+        path = _find_local(name, dirs, tree="")
+        if path is None and data_dir and any(Path(data_dir).expanduser().glob("*.txt")):  # a site's own plays
+            path = Path(data_dir).expanduser()
+        if path is None:
+            raise FileNotFoundError(f"shakespeare is derived from the raw plays: <dir>/shakespeare.tar.gz, "
+                                    f"<dir>/shakespeare/*.txt or <dir>/*.txt; looked in {', '.join(map(str, dirs))}")
+        derived = _cached(name, f"leaf-v1:{_fingerprint(path)}", lambda: derive_shakespeare(path))
+        arrays = select_roles(derived, num_clients, seed)
+        return _dataset_of(name, arrays, augment=False)
     if name == "imagefolder":
         path = Path(data_dir).expanduser()
         if not data_dir or not path.exists():
@@ -125,7 +163,11 @@ def load_dataset(
         else:
             key = f"hub:{src.hub_id}:{src.hub_config}"
             arrays = _cached(name, key, lambda: _read_hub(name, src, dirs))
-    clients = {k: None if arrays[k] is None else arrays[k].numpy() for k in ("train_client", "test_client")}
+    return _dataset_of(name, arrays, src.augment)
+
+
+def _dataset_of(name: str, arrays: dict, augment: bool) -> Dataset:
+    clients = {k: None if arrays.get(k) is None else arrays[k].numpy() for k in ("train_client", "test_client")}
     return Dataset(
         name=name,
         train_x=arrays["train_x"],
@@ -135,7 +177,8 @@ def load_dataset(
         num_classes=int(arrays["num_classes"]),
         mean=tuple(arrays["mean"]),
         std=tuple(arrays["std"]),
-        augment=src.augment,
+        augment=augment,
+        vocab_size=arrays.get("vocab_size"),
         **clients,
     )
 
@@ -202,9 +245,10 @@ def search_dirs(data_dir: str = "") -> list[Path]:
     return list(dict.fromkeys(d.resolve() for d in dirs))
 
 
-def _find_local(name: str, dirs: list[Path]) -> Path | None:
+def _find_local(name: str, dirs: list[Path], tree: str = "train") -> Path | None:
+    """``<dir>/<name>/<tree>`` (a folder ``<dir>/<name>`` with ``tree`` '') or ``<dir>/<name>.tar.gz``."""
     for d in dirs:
-        if (d / name / "train").is_dir():
+        if (d / name / tree).is_dir():
             return d / name
         if (d / f"{name}.tar.gz").is_file():
             return d / f"{name}.tar.gz"
@@ -238,7 +282,7 @@ def _cached(name: str, key: str, build) -> dict:
     t0 = time.time()
     log(INFO, "%s: reading and decoding the dataset (once: later runs read %s)...", name, file)
     arrays = build()
-    log(INFO, "%s: decoded %d training and %d test examples in %.0f s", name, len(arrays["train_y"]),
+    log(INFO, "%s: decoded %d training and %d test examples in %.1f s", name, len(arrays["train_y"]),
         len(arrays["test_y"]), time.time() - t0)
     file.parent.mkdir(parents=True, exist_ok=True)
     tmp = file.with_name(f"{file.name}.{os.getpid()}.tmp")
@@ -398,9 +442,33 @@ def _read_hub(name: str, src: Source, dirs: list[Path]) -> dict:
     return arrays
 
 
+def _read_hf(hub_id: str, options: dict) -> dict:
+    """A hub dataset's tensors: its image column decoded as images, anything else as a table."""
+    train, test, opts = load_hub(hub_id, options, _hub_reachable)
+    where = f"hub dataset {hub_id!r}"
+    if not opts["image"]:
+        return frame_arrays(train.to_pandas(), None if test is None else test.to_pandas(), opts, where)
+    label = opts["label-column"]
+    if test is None:
+        tr, te = local_test_split(np.arange(len(train)), opts.get("global-test-fraction", 0.2), seed=0)
+        train, test = train.select(np.sort(tr)), train.select(np.sort(te))
+    classes = sorted(set(train[label]) | set(test[label]))
+    index = {c: i for i, c in enumerate(classes)}
+    arrays: dict = {"train_client": None, "test_client": None, "num_classes": len(classes)}
+    for name, part in (("train", train), ("test", test)):
+        arrays[f"{name}_x"] = hub_images(part, opts["image"], where)
+        arrays[f"{name}_y"] = torch.tensor([index[v] for v in part[label]], dtype=torch.int64)
+    arrays["mean"], arrays["std"] = channel_stats(arrays["train_x"])
+    return arrays
+
+
 def _hub_arrays(split: datasets.Dataset, label_key: str, name: str) -> tuple[torch.Tensor, torch.Tensor]:
     import datasets
 
     image_key = next(k for k, f in split.features.items() if isinstance(f, datasets.Image))
-    images = [_pil_array(img) for batch in split.iter(batch_size=1024) for img in batch[image_key]]
-    return _stack(images, f"hub dataset {name}"), torch.tensor(split[label_key], dtype=torch.int64)
+    return hub_images(split, image_key, f"hub dataset {name}"), torch.tensor(split[label_key], dtype=torch.int64)
+
+
+def hub_images(split: datasets.Dataset, image_key: str, where: str) -> torch.Tensor:
+    """(N, C, H, W) uint8 of a hub split's image column."""
+    return _stack([_pil_array(img) for batch in split.iter(batch_size=1024) for img in batch[image_key]], where)
