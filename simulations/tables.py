@@ -122,7 +122,8 @@ class Verdict:
 class Claim:
     """A sentence of the paper checked on our runs. ``check(results)`` gives the verdict from the
     summaries of ``table`` / ``column`` at ``scale``; ``paper`` and ``reference`` are what the page
-    quotes beside ours (``reference`` defaults to the authors' code summary of that column)."""
+    quotes beside ours (``reference`` defaults to the authors' code summary of that column); ``command``
+    the command that checks it where that is not the table's run (a golden fixture's test)."""
 
     id: str
     kind: str
@@ -133,6 +134,7 @@ class Claim:
     scale: str = "cpu"
     paper: dict | None = None
     reference: Callable[[Results], dict | None] | None = None
+    command: str | None = None
 
 
 @dataclass(frozen=True)
@@ -317,7 +319,7 @@ def claim_record(paper: Paper, claim: Claim, res: Results | None = None) -> dict
     return {"id": claim.id, "kind": claim.kind, "claim": claim.claim, "paper": quoted, "ours": verdict.ours,
             "reference_code": (claim.reference or authors_reference)(res), "seeds": seeds,
             "holds": bool(verdict.holds), "note": verdict.note, "setting": res.setting,
-            "command": res.command(seeds)}
+            "command": claim.command or res.command(seeds)}
 
 
 def claims(paper: Paper) -> list[dict]:
