@@ -1,5 +1,6 @@
 """HCCT's reading of a run's rounds: the local test error of every client, the paper's way (after the
-last epoch) and the authors' code's (each client's best epoch); tables.py keeps both in each summary row."""
+last epoch) and the authors' code's (each client's best epoch); tables.py keeps both in each summary row
+(as fractions), the runner's file form stores this reading as it is (in %)."""
 
 from __future__ import annotations
 
@@ -20,3 +21,8 @@ def errors(history: list[dict]) -> dict:
             "client-error": final, "client-error-best": best, "groups": last.get("groups"),
             "pooled-error": 100 * (1 - last["fed-accuracy"]),
             "seconds-per-epoch": float(np.mean([r["round-seconds"] for r in history if "round-seconds" in r]))}
+
+
+def summarize(history: list[dict], config: dict, args=None) -> dict:
+    """The row of a run made by the runner's file form (``python -m simulations.run FILE ...``)."""
+    return errors(history)
