@@ -192,11 +192,17 @@ class TableReport:
 
 
 def paper_report(paper: str):
-    """``simulations/<paper>/report.py`` where the paper keeps one, else its first table's metric."""
+    """The summary, table and curves of ``simulations/<paper>/report.py`` where the paper keeps them,
+    else those of its first table's metric."""
+    from types import SimpleNamespace
+
+    generic = TableReport(paper)
     try:
-        return importlib.import_module(f"simulations.{paper}.report")
+        own = importlib.import_module(f"simulations.{paper}.report")
     except ModuleNotFoundError:
-        return TableReport(paper)
+        own = None
+    return SimpleNamespace(**{name: getattr(own, name, getattr(generic, name))
+                              for name in ("summarize", "table", "curves")})
 
 
 def execute(runs: list[tuple[str, str, dict]], out: Path, summarize, jobs: int = 1, child: list[str] | None = None):

@@ -123,7 +123,7 @@ class Claim:
     """A sentence of the paper checked on our runs. ``check(results)`` gives the verdict from the
     summaries of ``table`` / ``column`` at ``scale``; ``paper`` and ``reference`` are what the page
     quotes beside ours (``reference`` defaults to the authors' code summary of that column); ``command``
-    what reproduces it where that is not the table's run (a golden test)."""
+    the command that checks it where that is not the table's run (a golden fixture's test)."""
 
     id: str
     kind: str
@@ -134,7 +134,7 @@ class Claim:
     scale: str = "cpu"
     paper: dict | None = None
     reference: Callable[[Results], dict | None] | None = None
-    command: str | None = None  # what reproduces it, where not the table's run (a golden test)
+    command: str | None = None
     # the methods the claim compares, where the table ran others on fewer seeds: the record's seeds
     # and command are those on which all of these that ran did (default: the table's methods)
     methods: tuple[str, ...] = ()

@@ -1,65 +1,122 @@
-"""The readings of the Table II and arrival (Fig. 3) claims in simulations/hcct/claims.py, on hand-made summary rows."""
+"""HCCT's claims as simulations/hcct/tables.py declares them, on hand-made summary rows (errors as
+fractions, as the summaries hold them), and the authors' log summary."""
 
-from simulations.hcct.claims import TABLE2, arrivals, authors_cifar10, table2_claim
+import pytest
 
-ERRORS = {"independent": [40.0, 25.0, 16.0], "global": [50.0, 49.0, 31.0], "pattern-12": [24.0, 25.0, 16.0],
-          "pattern-13": [90.0, 26.0, 16.0], "pattern-23": [39.0, 57.0, 27.0]}
+from simulations.hcct.tables import PAPER, per_client
+from simulations.tables import Results, claim_record
 
-
-def rows(hcct_groups, seeds=(0, 1), hcct_errors=(30.0, 26.0, 16.0)):
-    out = [{"method": m, "seed": s, "client-error": {str(p): e[p] for p in range(3)},
-            "groups": None} for s in seeds for m, e in ERRORS.items()]
-    return out + [{"method": "hcct", "seed": s, "groups": hcct_groups,
-                   "client-error": {str(p): hcct_errors[p] for p in range(3)}} for s in seeds]
-
-
-def test_holds_when_hcct_ends_in_the_lowest_error_pattern():
-    claim, table = table2_claim(rows([[2], [1, 0]]))
-    assert claim["holds"] and claim["seeds"] == [0, 1]
-    assert claim["ours"]["best-pattern"] == "Partial (1,2)" and claim["ours"]["best-pattern-is-papers"]
-    assert claim["ours"]["mean-error"]["pattern-12"] == round((24 + 25 + 16) / 300, 4)
-    assert claim["ours"]["hcct-minus-best-points"] == round((30 + 26 + 16 - 24 - 25 - 16) / 3, 2)
-    assert table.count("| paper | 5 |") == len(TABLE2)
+CLAIMS = {c.id: c for c in PAPER.claims}
+# Table II's fixed patterns: every client's error (fractions) on each seed
+ERRORS = {"independent": [0.40, 0.25, 0.16], "global": [0.50, 0.49, 0.31], "pattern-12": [0.24, 0.25, 0.16],
+          "pattern-13": [0.90, 0.26, 0.16], "pattern-23": [0.39, 0.57, 0.27], "hcct": [0.40, 0.25, 0.16]}
 
 
-def test_fails_on_another_grouping_even_with_the_best_error():
-    claim, _ = table2_claim(rows([[0], [1], [2]], hcct_errors=(1.0, 1.0, 1.0)))
-    assert not claim["holds"] and claim["ours"]["hcct-minus-best-points"] < 0
+def row(method, seed, value, **extra):
+    return {"method": method, "seed": seed, "value": value, **extra}
 
 
-def test_only_seeds_with_all_six_runs_count():
-    rs = [r for r in rows([[0, 1], [2]]) if not (r["seed"] == 1 and r["method"] == "global")]
-    claim, _ = table2_claim(rs)
-    assert claim["seeds"] == [0]
-    assert table2_claim([r for r in rs if r["seed"] == 1])[0]["seeds"] == []
+def table2_rows(errors=ERRORS, seeds=(0, 1)):
+    return [row(m, s, sum(e) / 3, **{"client-error": {str(p): x for p, x in enumerate(e)}})
+            for s in seeds for m, e in errors.items()]
 
 
-def arrival_row(n, final, epochs=50):
-    """N_new = n: 10 clients, n more every 10 epochs; newcomer 10 + k joins client 0's group the epoch after."""
-    groups, present = [], list(range(10))
-    for e in range(1, epochs + 1):
-        if e > 1 and (e - 1) % 10 == 0:
-            present += list(range(len(present), len(present) + n))
-        joined = [p for p in present[10:] if p not in range(len(present) - n, len(present)) or (e - 1) % 10]
-        groups.append([[0, *joined], *[[p] for p in present[1:] if p not in joined]])
-    errors = {str(p): final[p] for p in present}
-    return {"method": f"hcct-new{n}", "seed": 0, "client-error": errors, "error": sum(errors.values()) / len(errors),
-            "error-best": 0.0, "seconds-per-epoch": 1.0, "groups-per-epoch": groups,
-            "error-per-epoch": [[e, 30.0 - n - e / 10] for e in range(1, epochs + 1)]}
+def verdict(claim_id, rows, authors=()):
+    c = CLAIMS[claim_id]
+    return c.check(Results(PAPER, c.table, c.column, c.scale, list(rows), list(authors)))
 
 
-def test_arrivals_report_where_each_newcomer_goes_and_judge_the_final_error():
-    first = [30.0] * 10
-    claim, table = arrivals([arrival_row(0, first), arrival_row(1, first + [20.0] * 4),
-                             arrival_row(2, first + [10.0] * 8)])
-    assert claim["holds"] and claim["ours"]["0"] == 0.3 and claim["ours"]["1"] == 0.2714
-    assert claim["ours"]["first-10-clients"] == {"0": 0.3, "1": 0.3, "2": 0.3}
-    assert "client 11 arrives in epoch 11, in epoch 12 in {1,11}" in table
-    assert "N_new = 2: client 18 arrives in epoch 41, in epoch 42 in {1,11,12,13,14,15,16,17,18}" in table
-    assert "| 1 | 14 | 28.00 |" in table  # epoch 10's mean error of the N_new = 1 run
-    worse, _ = arrivals([arrival_row(0, first), arrival_row(1, first + [40.0] * 4), arrival_row(2, first + [10.0] * 8)])
-    assert not worse["holds"]
-    assert not arrivals([arrival_row(0, first), arrival_row(2, first + [10.0] * 8)])[0]["holds"]  # N_new = 1 missing
+def test_table2_partial_12_has_the_lowest_mean_error_of_the_five_patterns():
+    v = verdict("table2-partial-12-best", table2_rows())
+    assert v.holds and v.note == "best: pattern-12"
+    assert v.ours == {"independent": 27.0, "global": 43.33, "pattern-12": 21.67, "pattern-13": 44.0,
+                      "pattern-23": 41.0}  # (24 + 25 + 16) / 3 = 21.67; HCCT is not one of the patterns
+    worse = table2_rows({**ERRORS, "pattern-12": [0.45, 0.25, 0.16]})
+    v = verdict("table2-partial-12-best", worse)
+    assert not v.holds and v.note == "best: independent"
+
+
+def test_table2_means_are_over_the_seeds_every_pattern_ran():
+    rows = [r for r in table2_rows() if not (r["method"] == "global" and r["seed"] == 1)]
+    rows = [{**r, "value": 0.9} if (r["method"], r["seed"]) == ("pattern-12", 1) else r for r in rows]
+    v = verdict("table2-partial-12-best", rows)  # seed 1 (pattern-12 at 90%) has no Global: left out
+    assert v.holds and v.ours["pattern-12"] == 21.67
+
+
+def test_fmnist_close_to_global_is_hcct_at_most_one_point_above():
+    rows = [row("hcct", 0, 0.300, **{"error-best": 0.29}), row("hcct", 1, 0.310, **{"error-best": 0.30}),
+            row("global", 0, 0.298, **{"error-best": 0.28}), row("global", 1, 0.302, **{"error-best": 0.29}),
+            row("global", 2, 0.100, **{"error-best": 0.10})]  # seed 2: no HCCT run, left out
+    v = verdict("fmnist-close-to-global", rows)
+    assert v.holds and v.ours == {"hcct": 30.5, "global": 30.0, "gap": 0.5, "hcct-best-epoch": 29.5,
+                                  "global-best-epoch": 28.5}
+    assert verdict("fmnist-close-to-global", [{**r, "value": 0.2} if r["method"] == "global" else r
+                                              for r in rows]).ours["gap"] == 10.5
+    assert not verdict("fmnist-close-to-global", [{**r, "value": 0.2} if r["method"] == "global" else r
+                                                  for r in rows]).holds
+    below = [{**r, "value": 0.5} if r["method"] == "global" else r for r in rows]
+    assert verdict("fmnist-close-to-global", below).holds  # HCCT below Global holds too
+
+
+def cifar_rows(hcct_groups):
+    alone = [[p] for p in range(3)]
+    return [row("independent", 0, 0.35, **{"error-best": 0.33, "groups": None, "groups-per-epoch": None}),
+            row("hcct", 0, 0.35, **{"error-best": 0.33, "groups": hcct_groups[-1], "groups-per-epoch": hcct_groups}),
+            row("independent", 1, 0.40, **{"error-best": 0.38}),
+            row("hcct", 1, 0.40, **{"error-best": 0.38, "groups": alone, "groups-per-epoch": [alone] * 3})]
+
+
+def test_cifar10_construction_needs_every_client_alone_in_every_epoch():
+    alone = [[0], [1], [2]]
+    v = verdict("cifar10-close-to-independent", cifar_rows([alone] * 3))
+    assert v.holds and v.ours["gap"] == 0.0 and v.ours["every-client-alone"] and v.ours["same-error-every-seed"]
+    assert "every client alone in 6 of 6 epochs" in v.note
+    merged = verdict("cifar10-close-to-independent", cifar_rows([alone, [[0, 1], [2]], alone]))
+    assert not merged.holds and merged.ours["gap"] == 0.0 and not merged.ours["every-client-alone"]
+    assert "every client alone in 5 of 6 epochs" in merged.note
+
+
+def arrival(n, errors):
+    return row(f"hcct-new{n}", 0, sum(errors) / len(errors),
+               **{"client-error": {str(p): e for p, e in enumerate(errors)}})
+
+
+def test_arrivals_hold_when_the_final_error_falls_with_each_larger_n_new():
+    first = [0.30] * 10
+    rows = [arrival(0, first), arrival(1, first + [0.20] * 4), arrival(2, first + [0.10] * 8)]
+    v = verdict("arrivals-lower-final-error", rows)
+    assert v.holds and v.ours["hcct-new0"] == 30.0 and v.ours["hcct-new1"] == 27.14  # (300 + 80) / 14
+    assert v.ours["first-10-clients"] == {"hcct-new0": 30.0, "hcct-new1": 30.0, "hcct-new2": 30.0}
+    assert not verdict("arrivals-lower-final-error", [rows[0], arrival(1, first + [0.40] * 4), rows[2]]).holds
+    missing = verdict("arrivals-lower-final-error", [rows[0], rows[2]])  # N_new = 1 not run
+    assert not missing.holds and missing.ours == {}
+
+
+def test_claim_records_quote_the_paper_and_the_authors_code_beside_ours():
+    rows = [row("hcct", 0, 0.30, **{"error-best": 0.29}), row("global", 0, 0.295, **{"error-best": 0.28})]
+    authors = [row("hcct", 0, 0.294964), row("global", 0, 0.29164)]
+    c = CLAIMS["fmnist-close-to-global"]
+    record = claim_record(PAPER, c, Results(PAPER, c.table, c.column, c.scale, rows, authors))
+    assert record["kind"] == "learning" and record["holds"] and record["seeds"] == [0]
+    assert record["paper"] == {"hcct": 29.98, "global": 29.98}
+    assert record["reference_code"] == {"means": {"global": 29.16, "hcct": 29.5}, "seeds": [0]}
+    assert record["setting"] == "simulations/hcct/fmnist/{method}.toml"
+    assert {c.id: c.kind for c in PAPER.claims} == {
+        "table2-partial-12-best": "learning", "fmnist-close-to-global": "learning",
+        "cifar10-close-to-independent": "construction", "matches-authors-code": "code-equality",
+        "arrivals-lower-final-error": "learning"}
+
+
+def test_summary_row_keeps_every_client_and_the_best_epochs_as_fractions():
+    history = [{"round": 1, "fed-accuracy": 0.5, "fed-client-accuracy": {0: 0.6, 1: 0.2}, "round-seconds": 2.0,
+                "groups": [[0, 1]]},
+               {"round": 2, "fed-accuracy": 0.5, "fed-client-accuracy": {0: 0.5, 1: 0.4}, "round-seconds": 4.0,
+                "groups": [[0], [1]]}]
+    extra = per_client(history)
+    assert extra["client-error"] == {"0": 0.5, "1": 0.6} and extra["error-best"] == 0.5  # (0.4 + 0.6) / 2
+    assert extra["groups"] == [[0], [1]] and extra["groups-per-epoch"] == [[[0, 1]], [[0], [1]]]
+    assert extra["seconds-per-epoch"] == 3.0
+    assert PAPER.tables["table4"].metric.curve(history) == [[1, 0.6], [2, 0.55]]
 
 
 def test_authors_log_summary_reads_plain_and_timestamped_logs(tmp_path):
@@ -72,16 +129,16 @@ def test_authors_log_summary_reads_plain_and_timestamped_logs(tmp_path):
                   "Cluster Result: 2 groups are {0: [1], 1: [0]}", "Client 0 local loss: 1.0 local acc: 50.0"]
     plain, stamped = tmp_path / "plain.log", tmp_path / "stamped.log"
     plain.write_text("\n".join(lines) + "\n")
-    # tslog.py's prefix: seconds since start, a tab; epochs 12.5 s apart, the client's line 10 s into each
+    # a prefix of seconds since start and a tab; epochs 12.5 s apart, the client's line 10 s into each
     stamped.write_text("".join(f"{3.0 + 12.5 * (i // 6) + 10.0 * (i % 6 == 5):.3f}\t{line}\n"
                                for i, line in enumerate(lines)))
     a, b = summarise(str(plain)), summarise(str(stamped))
     assert "seconds-per-epoch" not in a and b.pop("seconds-per-epoch") == 12.5
     assert (b.pop("train-seconds-per-epoch"), b.pop("eval-seconds-per-epoch")) == (10.0, 2.5)
     assert a == b
-    assert a["epochs"] == 2 and a["client-error"] == {0: 20.0, 1: 35.0}
-    assert a["error"] == 27.5 and a["error-best"] == 25.0  # best accuracies 80 and 70
-    assert a["curve"] == [35.0, 27.5] and a["groups"] == [[0], [1]]
+    assert a["rounds"] == 2 and a["client-error"] == {"0": 0.2, "1": 0.35}
+    assert a["value"] == 0.275 and a["error-best"] == 0.25  # best accuracies 80 and 70
+    assert a["curve"] == [[1, 0.35], [2, 0.275]] and a["groups"] == [[0], [1]]
 
 
 def test_authors_log_of_an_arrival_run_averages_over_the_clients_present(tmp_path):
@@ -98,67 +155,23 @@ def test_authors_log_of_an_arrival_run_averages_over_the_clients_present(tmp_pat
         lines += ["Model performance: mean ...", repr(now), "Best performance: mean ...", repr(best)]
     (tmp_path / "n_new.log").write_text("\n".join(lines) + "\n")
     out = summarise(str(tmp_path / "n_new.log"))
-    assert out["client-error"] == {0: 25.0, 1: 35.0, 2: 46.0}
-    assert out["error-best"] == (20.0 + 30.0 + 46.0) / 3  # client 3 (never present) left out
+    assert out["client-error"] == {"0": 0.25, "1": 0.35, "2": 0.46}
+    assert out["error-best"] == pytest.approx((0.20 + 0.30 + 0.46) / 3)  # client 3 (never present) left out
     assert out["groups-per-epoch"] == [[[0], [1], [2]], [[0, 2], [1]]] and out["groups"] == [[0, 2], [1]]
 
 
-def test_arrivals_report_the_authors_runs_beside_ours():
-    first = [30.0] * 10
-    ours = [arrival_row(0, first), arrival_row(1, first + [20.0] * 4), arrival_row(2, first + [10.0] * 8)]
-
-    def theirs(n, errors, groups):
-        client = {str(p): e for p, e in enumerate(errors)}
-        return {"method": f"hcct-new{n}", "code": "authors", "seed": 0, "epochs": 50, "client-error": client,
-                "error": sum(errors) / len(errors), "error-best": 20.0, "seconds-per-epoch": 40.0,
-                "curve": [50.0 - e / 2 for e in range(1, 51)], "groups-per-epoch": groups}
-
-    alone = [[[p] for p in range(10)]] * 49
-    authors = [theirs(0, [40.0] * 10, alone), theirs(2, [40.0] * 10 + [60.0] * 8, alone + [[[0, 10], [1]]]),
-               theirs(1, [40.0] * 5 + [30.0] * 5 + [50.0] * 4, alone), {**theirs(1, [1.0] * 14, alone), "epochs": 12}]
-    claim, table = arrivals(ours, authors)
-    ref = claim["reference_code"]
-    assert (ref["0"], ref["1"], ref["2"]) == (0.4, 0.3929, 0.4889)  # the 12-epoch run is left out
-    assert ref["first-10-clients"] == {"0": 0.4, "1": 0.35, "2": 0.4}
-    assert ref["groups-of-several"] == {"0": [], "1": [], "2": ["{1,11}"]}
-    assert not ref["holds-in-their-code"] and ref["seeds"] == [0]
-    assert "| authors' 2 | 18 | 45.00 | 40.00 | 35.00 | 30.00 | 25.00 | 40.00 | 20.00 | 40.0 |" in table
-    assert arrivals(ours)[0]["reference_code"] is None
-
-
-def test_authors_cifar10_reference_keeps_the_runs_that_reached_epoch_50():
-    row = lambda method, epochs, error: {"method": method, "code": "authors", "seed": 0, "epochs": epochs,  # noqa: E731
-                                         "error": error, "error-best": error - 2.0, "seconds-per-epoch": 30.0}
-    assert authors_cifar10([]) is None
-    assert authors_cifar10([row("hcct", 37, 40.0)]) is None  # cut off before epoch 50
-    ref = authors_cifar10([row("hcct", 50, 36.5), row("local", 50, 36.5), row("global", 12, 60.0)])
-    assert ref["seeds"] == [0] and "global" not in ref
-    assert (ref["hcct"], ref["independent"], ref["hcct-best-epoch"]) == (0.365, 0.365, 0.345)
-    two = authors_cifar10([row("hcct", 50, 36.5), {**row("hcct", 50, 40.5), "seed": 1, "seconds-per-epoch": 40.0}])
-    assert two["hcct"] == 0.385 and two["hcct-per-seed"] == {"0": 0.365, "1": 0.405}  # the mean of the seeds
-    assert two["seeds"] == [0, 1] and two["hcct-seconds-per-epoch"] == 35.0
-    mixed = authors_cifar10([row("hcct", 50, 36.5), {**row("hcct", 50, 40.5), "seed": 1}, row("global", 50, 45.0)])
-    assert mixed["seeds"] == [0] and mixed["hcct"] == 0.365  # seed 1 has no Global run: not in the means
-    assert mixed["hcct-per-seed"] == {"0": 0.365, "1": 0.405}
-
-
-def test_collect_and_authors_log_merge_into_the_stored_rows(tmp_path, monkeypatch):
-    """Raw run folders live outside the repository and may be gone: a run found replaces only the stored
-    row of its method and seed, and the stored rows of other runs stay."""
+def test_authors_log_merges_into_a_tables_authors_file(tmp_path):
+    """Raw logs live outside the repository and may be gone: a run found replaces only the stored row of
+    its method and seed, and the stored rows of other runs stay."""
     import json
 
-    from simulations.hcct import claims
-    from simulations.hcct.authors_log import merge
+    from simulations.hcct.authors_log import merge, write_rows
 
-    row = lambda m, s, e: {"method": m, "seed": s, "error": e, "groups": None}  # noqa: E731
-    monkeypatch.setattr(claims, "SUMMARIES", tmp_path / "summaries")
-    claims.SUMMARIES.mkdir()
-    (claims.SUMMARIES / "cifar10.json").write_text(json.dumps([row("hcct", 0, 36.0), row("global", 0, 56.0)]))
-    (tmp_path / "runs" / "cifar10-chainA").mkdir(parents=True)
-    (tmp_path / "runs" / "cifar10-chainA" / "summary.json").write_text(json.dumps([row("global", 0, 50.0),
-                                                                                  row("ifca", 0, 40.0)]))
-    claims.collect(tmp_path / "runs")
-    got = {(r["method"], r["seed"]): r["error"] for r in claims.rows("cifar10")}
-    assert got == {("hcct", 0): 36.0, ("global", 0): 50.0, ("ifca", 0): 40.0}
-    assert merge([row("hcct", 0, 43.5), row("local", 0, 1.0)], [row("local", 0, 40.0), row("global", 0, 50.0)]) == [
-        row("hcct", 0, 43.5), row("local", 0, 40.0), row("global", 0, 50.0)]
+    r = lambda m, s, e: {"method": m, "seed": s, "value": e}  # noqa: E731
+    assert merge([r("hcct", 0, 0.435), r("independent", 0, 0.01)], [r("independent", 0, 0.40), r("global", 0, 0.5)]) \
+        == [r("hcct", 0, 0.435), r("independent", 0, 0.40), r("global", 0, 0.5)]
+    path = tmp_path / "table4" / "cifar10" / "authors.json"
+    path.parent.mkdir(parents=True)
+    write_rows(path, [r("hcct", 0, 0.435)])
+    stored = json.loads(path.read_text())
+    assert (stored["table"], stored["column"], stored["rows"]) == ("table4", "cifar10", [r("hcct", 0, 0.435)])

@@ -163,7 +163,7 @@ def link_cifar10(env: dict, folder: Path) -> None:
 
 
 def authors_hcct(rounds: int, seed: int, tmp: Path, cores: int) -> dict:
-    """main_cluster.py on Table III's CIFAR-10 setting (the flags of docs/results/hcct.md), timestamped."""
+    """main_cluster.py on Table III's CIFAR-10 setting (the flags of simulations/hcct/README.md), timestamped."""
     from simulations.hcct.authors_log import summarise
 
     env = anchor_env(cores)
@@ -180,7 +180,7 @@ def authors_hcct(rounds: int, seed: int, tmp: Path, cores: int) -> dict:
     run = measured(["bash", "-c", run_cmd], env=env, cwd=work, log=log)
     s = summarise(str(log))
     return {**run, "train_round_s": s.get("train-seconds-per-epoch"), "eval_s": s.get("eval-seconds-per-epoch"),
-            "epochs": s["epochs"], "error": s["error"]}
+            "epochs": s["rounds"], "error": round(100 * s["value"], 4)}
 
 
 def authors_pefll(rounds: int, seed: int, tmp: Path, cores: int) -> dict:

@@ -1,8 +1,9 @@
 """Golden numbers from the HCCT authors' code (github.com/hiyuchang/HCCT) on a tiny setting.
 
-Runs with the anchors' venv against a scratch copy of their repository (never part of this one):
+Runs with the authors' venv (their requirements) against a scratch copy of their repository (never
+part of this one), named as the argument or by ``HCCT_SRC``:
 
-    /work/anchors/venv/bin/python simulations/hcct/authors_golden.py /work/anchors/work/hcct/golden/HCCT
+    <authors' venv>/bin/python simulations/hcct/authors_golden.py <authors' checkout>
 
 Setting: 5 clients with 12-60 float examples of 6 features and 3 classes (clients 0-2 from one
 labelling, 3-4 from another), a linear model (fedapp's ``logreg``: flatten + Linear, the same
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -108,7 +110,10 @@ def run(repo: str, data, init: dict, alpha: float) -> list[dict]:
 
 
 def main() -> None:
-    repo = sys.argv[1]
+    repo = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("HCCT_SRC")
+    if not repo or not (Path(repo) / "main_cluster.py").is_file():
+        raise SystemExit(f"the authors' checkout {repo!r}: no main_cluster.py there; give it as the argument "
+                         "or HCCT_SRC")
     torch.manual_seed(0)
     torch.set_num_threads(1)
     data = make_data()

@@ -1,14 +1,15 @@
-"""Summarise logs of the HCCT authors' main_cluster.py into the summary rows of simulations/hcct/report.py.
+"""Summarise logs of the HCCT authors' main_cluster.py into the rows of a table's ``authors.json``.
 
-    python simulations/hcct/authors_log.py hcct:/work/runs/hcct/authors-fmnist-hcct-s0.log ... > out.json
-    python simulations/hcct/authors_log.py --seed 0 hcct:/work/runs/hcct/authors-hcct-cifar10-s0.log > out.json
-    python simulations/hcct/authors_log.py --seed 0 --into simulations/hcct/summaries/authors-cifar10.json \
-        local:/work/runs/hcct/authors-local-cifar10-s0.log global:/work/runs/hcct/authors-global-cifar10-s0.log
+    python -m simulations.hcct.authors_log --seed 0 hcct:LOG ... > rows.json
+    python -m simulations.hcct.authors_log --seed 0 --into simulations/hcct/summaries/table4/cifar10/authors.json \
+        hcct:HCCT_LOG local:LOCAL_LOG global:GLOBAL_LOG
 
-Their log prints after every epoch "Model performance: mean ..." and the dict of each client's
-local test accuracy (%), then "Best performance" and the dict of each client's best so far;
-"Cluster Result" lines carry HCCT's groups (one per epoch from the second on). Errors here are 100 - accuracy, in %. A log written
-through the anchors' ``tslog.py`` (each line prefixed by the seconds since start and a tab) also gives
+(LOG: the output of ``python main_cluster.py ...`` in the authors' checkout, with their venv; their
+scheme ``local`` is our ``independent``.) Their log prints after every epoch "Model performance: mean
+..." and the dict of each client's local test accuracy (%), then "Best performance" and the dict of
+each client's best so far; "Cluster Result" lines carry HCCT's groups (one per epoch from the second
+on). Errors here are 1 - accuracy, as fractions like our summary rows. A log whose lines are
+prefixed by the seconds since start and a tab also gives
 the seconds per epoch: the median interval between successive "Model performance" lines, split into
 training (up to the epoch's last "Client i local loss" line) and the local evaluation after it.
 """
@@ -23,6 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
+from simulations.tables import dumps
+
+METHODS = {"local": "independent"}  # their scheme names that are not ours
+
 
 def summarise(path: str) -> dict:
     stamped = [line.split("\t", 1) if re.match(r"\d+\.\d+\t", line) else [None, line]
@@ -31,14 +36,13 @@ def summarise(path: str) -> dict:
     now = [ast.literal_eval(lines[i + 1]) for i, l in enumerate(lines) if l.startswith("Model performance")]
     best = [ast.literal_eval(lines[i + 1]) for i, l in enumerate(lines) if l.startswith("Best performance")]
     groups = [l for l in lines if l.startswith("Cluster Result")]
-    final = {int(p): 100 - a for p, a in now[-1].items()}
+    final = {str(p): round(1 - a / 100, 6) for p, a in now[-1].items()}
+    curve = [[e, round(float(np.mean([1 - a / 100 for a in acc.values()])), 6)] for e, acc in enumerate(now, 1)]
     # their best-so-far dict holds every client of the split, 0 for one not yet arrived (--goal n_new):
     # the mean is over the clients present at the end, as the error's is
-    out = {"epochs": len(now), "error": float(np.mean(list(final.values()))),
-           "error-best": float(np.mean([100 - best[-1][p] for p in final])),
-           "error-std": float(np.std(list(final.values()))), "error-min": min(final.values()),
-           "error-max": max(final.values()), "client-error": final,
-           "curve": [round(float(np.mean([100 - a for a in e.values()])), 4) for e in now]}
+    out = {"value": curve[-1][1], "rounds": len(now), "curve": curve,
+           "error-best": round(float(np.mean([1 - best[-1][int(p)] / 100 for p in final])), 6),
+           "client-error": final}
     # one pass: each "Model performance" stamp, and the last "Client i local loss" stamp before it
     stamps, last_client, client = [], [], None
     for t, line in stamped:
@@ -72,9 +76,9 @@ def merge(stored: list[dict], new: list[dict]) -> list[dict]:
 
 
 def write_rows(path: Path, rows: list[dict]) -> None:
-    """A summary file, one run per line: the per-epoch groups and client errors would take thousands of
-    lines indented."""
-    path.write_text("[\n" + ",\n".join(json.dumps(r) for r in rows) + "\n]\n")
+    """``authors.json`` of summaries/<table>/<column>/ (its folder names the table and column)."""
+    path.write_text(dumps({"paper": "hcct", "table": path.parent.parent.name, "column": path.parent.name,
+                           "code": "hiyuchang/HCCT 5c5b4d53 main_cluster.py", "rows": rows}))
 
 
 def main() -> None:
@@ -87,11 +91,11 @@ def main() -> None:
     rows = []
     for arg in a.logs:
         method, path = arg.split(":", 1)
-        rows.append({"method": method, "code": "authors", **seed, **summarise(path)})
+        rows.append({"method": METHODS.get(method, method), **seed, **summarise(path)})
     if a.into is None:
-        print(json.dumps(rows, indent=1))
+        print(dumps(rows), end="")
     else:
-        stored = json.loads(a.into.read_text()) if a.into.exists() else []
+        stored = json.loads(a.into.read_text())["rows"] if a.into.exists() else []
         write_rows(a.into, merge(stored, rows))
 
 
