@@ -97,8 +97,10 @@ def ports_free(port_base: int) -> bool:
     control API), checked by binding them."""
     with socket.socket() as http, socket.socket() as control:
         try:
-            http.bind(("127.0.0.1", port_base + 1))
-            control.bind(("127.0.0.1", port_base + 3))
+            for sock, port in ((http, port_base + 1), (control, port_base + 3)):
+                # as the SuperLink binds: a port whose last connections are closing is free
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(("127.0.0.1", port))
         except OSError:
             return False
     return True
@@ -415,8 +417,7 @@ def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, 
             release_data()  # the check's dataset: this process waits out the run and never trains
             overrides.setdefault("run-name", run_name(cfg))  # the time of the launch, not of the run's start
         write_flower_config(home, num_supernodes, num_cpus, num_gpus)
-        wait_for_superlink(superlink, home, env, SUPERLINK_START_LIMIT if timeout is None
-                           else min(timeout, SUPERLINK_START_LIMIT))
+        wait_for_superlink(superlink, home, env)  # --timeout is the run's: it counts from the submission
         args = ["run", str(app), "local", "--format", "json"]
         if overrides:
             args += ["--run-config", " ".join(f"{k}={toml_value(v)}" for k, v in overrides.items())]
