@@ -19,7 +19,7 @@ round, written atomically), and a restarted SuperNode, whose context starts empt
 at its next message. The run is named by the ``run-key`` every message's config carries: a nonce
 the server draws for each new run and keeps in its checkpoint, so a resumed run finds its clients'
 files and no other run ever reads them. When the run has finished, the server's last message
-(``end-of-run``) removes them unless the run config sets ``keep-client-state``. A state too large
+(``end-of-run``) removes the files, or with ``keep-client-state`` every version but the last. A state too large
 to keep for every client in memory (``state-memory-mb``) is only written to that file (or to
 ``state-spill-dir``), and the context keeps a reference to it.
 """
@@ -144,6 +144,25 @@ def _pop(context: Context, prefix: str) -> dict[str, ArrayRecord]:
             if name.startswith(prefix)}
 
 
+def _retain(context: Context, cfg: RunConfig, key: str | None, keep: set[int], latest: int) -> dict[int, str]:
+    """Drop every state version but those in ``keep``, from memory and disk; kept records are filed
+    under their names with ``latest`` as the latest version. Returns the kept versions held in memory."""
+    held, was = _held(context)
+    kept = {v: p for v, p in held.items() if v in keep}
+    for v, spilled in held.items():
+        records = {} if spilled else _pop(context, _prefix(v, was))
+        if v in kept:
+            for name, rec in records.items():
+                context.state[_prefix(v, latest) + name] = rec
+    for v, file in state_files(context, cfg, key).items():
+        if v not in keep:
+            file.unlink(missing_ok=True)
+    context.state.pop(VERSIONS, None)
+    if kept:
+        context.state[VERSIONS] = ConfigRecord({**{str(v): p for v, p in kept.items()}, "latest": latest})
+    return kept
+
+
 def commit_state(context: Context, cfg: RunConfig, state: Payload, key: str | None = None, version: int = 0,
                  keep: tuple[int, ...] = ()) -> None:
     """Store ``state`` as version ``version`` (the round it was trained in), keeping the versions in
@@ -157,16 +176,9 @@ def commit_state(context: Context, cfg: RunConfig, state: Payload, key: str | No
         buf = io.BytesIO()
         torch.save(state, buf)
         atomic_write(path, buf.getvalue())
-    held, latest = _held(context)
-    kept = {v: p for v, p in held.items() if v in keep and v != version}
-    for v, spilled in held.items():
-        records = {} if spilled else _pop(context, _prefix(v, latest))
-        if v in kept:  # back in place under its own name (the latest version's moves aside)
-            for name, rec in records.items():
-                context.state[f"state@{v}.{name}"] = rec
-    for v, file in state_files(context, cfg, key).items():
-        if v not in kept and v != version:
-            file.unlink(missing_ok=True)
+    kept = _retain(context, cfg, key, {*keep, version}, version)
+    _pop(context, STATE_PREFIX)  # a version committed again in its round (several exchanges) is replaced
+    kept.pop(version, None)
     if not spill:
         for name, tensors in state.items():
             context.state[STATE_PREFIX + name] = ArrayRecord(tensors)
@@ -174,14 +186,19 @@ def commit_state(context: Context, cfg: RunConfig, state: Payload, key: str | No
                                             str(version): str(path) if spill else "", "latest": version})
 
 
-def remove_state(context: Context, cfg: RunConfig, key: str | None = None) -> int:
-    """Drop every state version of run ``key`` from memory and disk; returns the files removed."""
-    for name in [n for n in context.state.array_records if n.startswith(("state.", "state@"))]:
-        context.state.pop(name)
-    context.state.pop(VERSIONS, None)
+def end_of_run(context: Context, cfg: RunConfig, key: str | None, keep: int | None) -> int:
+    """The run has finished: with ``keep`` (keep-client-state) only that version of the state stays
+    (the one the server ended on); without, every state file of the run goes (``state-dir``,
+    spilled state), and the context's references to spilled state with them (state held in memory
+    goes with the run's context). Returns the files removed."""
     files = state_files(context, cfg, key)
+    if keep is not None:
+        _retain(context, cfg, key, {keep}, keep)
+        return len(files) - len(state_files(context, cfg, key))
     for file in files.values():
         file.unlink(missing_ok=True)
+    if any(_held(context)[0].values()):  # spilled (a run's versions all are, or none): nothing left
+        context.state.pop(VERSIONS)
     return len(files)
 
 
@@ -253,8 +270,10 @@ def query(msg: Message, context: Context) -> Message:
     (``end-of-run``): the run's client state removed, and the number of files that went."""
     cfg = parse_run_config(context.run_config)
     pid = partition_id(context)
-    if _config(msg).get("end-of-run"):
-        return _reply(msg, {}, {"removed-files": remove_state(context, cfg, run_key(msg))}, pid)
+    config = _config(msg)
+    if config.get("end-of-run"):
+        keep = int(config["state-round"]) if config.get("keep-client-state") else None
+        return _reply(msg, {}, {"removed-files": end_of_run(context, cfg, run_key(msg), keep)}, pid)
     data = cached_client_data(cfg, pid, context.node_config.get("data-dir") or None)
     sizes = {"num-train": len(data.train_y), "num-test": len(data.test_y)}
     if "num-partitions" in context.node_config:  # simulated partitions: the server checks num-clients

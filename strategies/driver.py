@@ -453,16 +453,19 @@ class Driver:
         return result
 
     def end_of_run(self, grid: Grid) -> None:
-        """The run has finished: its client state is removed at the sites (``end-of-run``), unless
-        ``keep-client-state`` keeps it (to resume the run with more rounds later). Sites that do
-        not answer within a minute keep their files."""
-        if self.cfg.keep_client_state or not self.state_holders:
+        """The run has finished: its client state files are removed at the sites (``end-of-run``),
+        or with ``keep-client-state`` (to resume the run with more rounds later) all but the last
+        version. Sites that do not answer within a minute keep their files."""
+        if not self.state_holders:
             return
-        contents = {pid: RecordDict({"config": ConfigRecord({"end-of-run": True})}) for pid in self.strategy.clients}
+        keep = self.cfg.keep_client_state
+        contents = {pid: RecordDict({"config": ConfigRecord({"end-of-run": True, "keep-client-state": keep})})
+                    for pid in self.strategy.clients}
         replies = [m for m in send_and_receive(grid, self.messages(contents, MessageType.QUERY),
                                                min(self.cfg.round_timeout, 60.0)) if m.has_content()]
-        log(INFO, "end of run: client state removed at %d of %d clients (%d files); keep-client-state=true keeps it",
-            len(replies), len(contents), sum(int(m.content["metrics"]["removed-files"]) for m in replies))
+        log(INFO, "end of run: %d of %d clients removed %d client state files%s", len(replies), len(contents),
+            sum(int(m.content["metrics"]["removed-files"]) for m in replies),
+            " (keep-client-state: all but the last version)" if keep else "; keep-client-state=true keeps them")
 
     def server_evaluate(self, server_round: int, evaluate_fn, result: Result) -> dict[str, float]:
         """Flower's ``evaluate_fn(round, arrays)`` on the global model; its metrics go to the

@@ -11,7 +11,7 @@ from flwr.app import Context, MessageType, RecordDict
 from PIL import Image
 
 from clients.scaffold import ScaffoldClient
-from fedapp.client_app import app, commit_state, load_state, remove_state, state_path
+from fedapp.client_app import app, commit_state, end_of_run, load_state, state_path
 from fedapp.config import parse_run_config
 from fedapp.inprocess import InProcessGrid, run_local
 
@@ -43,7 +43,8 @@ def test_commit_then_load_through_a_fresh_context(tmp_path):
 
 def test_versions_kept_are_the_asked_ones(tmp_path):
     """A commit keeps the versions it is told to (the checkpoint's) and drops the rest, in memory
-    and on disk; each version reads back as it was committed."""
+    and on disk; each version reads back as it was committed. At the end of the run only the last
+    version stays (keep-client-state), or no file."""
     cfg = parse_run_config({"strategy": "scaffold"})
     for node in ({"partition-id": 0, "state-dir": str(tmp_path / "state")}, {"partition-id": 0}):
         ctx = Context(7, 1, node, RecordDict(), {})
@@ -60,8 +61,10 @@ def test_versions_kept_are_the_asked_ones(tmp_path):
                                                                                 "run7-scaffold-p0-r4.pt"]
             fresh = Context(7, 1, node, RecordDict(), {})  # a restarted SuperNode reads them from disk
             assert torch.equal(load_state(fresh, cfg, version=2)["control"]["w"], torch.full((2,), 2.0))
-        assert remove_state(ctx, cfg) == (2 if "state-dir" in node else 0)
-        assert load_state(ctx, cfg, version=4) is None and not ctx.state.array_records
+        assert end_of_run(ctx, cfg, None, keep=4) == (1 if "state-dir" in node else 0)  # keep-client-state
+        assert load_state(ctx, cfg, version=2) is None and load_state(ctx, cfg, version=4) is not None
+        assert end_of_run(ctx, cfg, None, keep=None) == (1 if "state-dir" in node else 0)
+        assert not list((tmp_path / "state").glob("run7-*"))
 
 
 @pytest.mark.parametrize("strategy", ["scaffold", "feddyn", "fedsmoo", "fedals"])

@@ -195,9 +195,9 @@ def small_config_folder(config):
 # ---- housekeeping ------------------------------------------------------------------------------
 @pytest.mark.parametrize("keep", [False, True])
 def test_client_state_is_removed_after_the_run_unless_kept(keep, small_config, tmp_path):
-    """At the end of a run every site's state files (state-dir, spilled state) and its in-memory
-    state of the run are gone; keep-client-state=true keeps them (the last version of each client's
-    state among them)."""
+    """At the end of a run every site's state files (state-dir, spilled state) are gone, and with
+    them the contexts' references to spilled state; keep-client-state=true keeps the last version
+    of each client's state, and only that."""
     cfg = {**small_config, "strategy": "scaffold", "fraction-train": 0.5, "keep-client-state": keep,
            "state-spill-dir": str(tmp_path / "spill"), "state-memory-mb": 1e-6}
     nodes = [{"partition-id": i, "num-partitions": 4, **({"state-dir": str(tmp_path / "state")} if i < 2 else {})}
@@ -207,8 +207,7 @@ def test_client_state_is_removed_after_the_run_unless_kept(keep, small_config, t
     files = sorted(p.name for d in ("state", "spill") if (tmp_path / d).is_dir() for p in (tmp_path / d).iterdir())
     held = [ctx for ctx in grid.contexts.values() if "state-versions" in ctx.state]
     if keep:
-        latest = {f"{strategy.run_key}-scaffold-p{pid}-r{r}.pt" for pid, r in strategy.state_rounds.items()}
-        assert latest <= set(files) and all(f.startswith(f"{strategy.run_key}-scaffold-p") for f in files)
+        assert files == sorted(f"{strategy.run_key}-scaffold-p{pid}-r{r}.pt" for pid, r in strategy.state_rounds.items())
         assert len(held) == len(strategy.state_rounds) >= 2
     else:
         assert files == [] and held == [] and not any(ctx.state.array_records for ctx in grid.contexts.values())
