@@ -300,17 +300,19 @@ def test_resume_after_superlink_kill_is_exact(federation, tmp_path, strategy):
     site_a = process_tree(federation.procs["site-a"].pid)
     signal_all(site_a, signal.SIGSTOP)  # round 2's ClientApp takes seconds to start: A has not answered
     try:
-        state_b = federation.root / "state" / "site-b"
-        while not list(state_b.glob(f"{strategy}-*-p1-r2.pt")):  # B has trained round 2
+        run_key = json.loads(results.read_text())["run-key"]
+        b_round_2 = federation.root / "state" / "site-b" / f"{run_key}-{strategy}-p1-r2.pt"
+        while not b_round_2.exists():  # B has trained round 2
             assert time.time() < deadline, federation.log("site-b")[-3000:]
             time.sleep(0.05)
         signal_all(process_tree(federation.procs.pop("superlink").pid), signal.SIGKILL)
     finally:
         signal_all(site_a, signal.SIGCONT)
+        if "superlink" not in federation.procs:  # restarted on its database, also for the tests after this one
+            federation.start_superlink()
     assert [r["round"] for r in rounds(results)] == [0, 1]
     assert torch.load(tmp_path / strategy / "checkpoint.pt", weights_only=False)["round"] == 1
 
-    federation.start_superlink()
     run_id = federation.submit(run_config({**overrides, "resume-from": str(tmp_path / strategy)}))
     status = federation.wait_finished(run_id, results, 3)
     assert status["status"] == "finished:completed", (status, federation.log("superlink")[-3000:])
