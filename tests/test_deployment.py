@@ -331,7 +331,6 @@ def test_resume_after_superlink_kill_is_exact(federation, tmp_path, strategy):
         want = getattr(reference, name)
         assert all(torch.equal(saved[name][k], v) for k, v in want.items()), name
     for site, pid in SITES.items():
-        got = torch.load(latest_state(federation.root / "state" / site, f"{strategy}-*-{strategy}-p{pid}"),
-                         weights_only=True)
+        got = torch.load(latest_state(federation.root / "state" / site, f"{run_key}-{strategy}-p{pid}"), weights_only=True)
         want = load_state(grid.contexts[reference.clients[pid].node_id], cfg)
         assert got.keys() == want.keys() and all(torch.equal(got[n][k], v) for n in want for k, v in want[n].items())
