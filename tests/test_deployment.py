@@ -244,7 +244,8 @@ def test_scaffold_run_keeps_client_state_across_a_supernode_restart(federation, 
         assert row["train-loss"] == pytest.approx(ref["train-loss"], rel=1e-5)
         assert row["central-loss"] == pytest.approx(ref["central-loss"], rel=1e-5)
     for site, pid in SITES.items():
-        saved = torch.load(latest_state(federation.root / "state" / site, f"scaffold-*-scaffold-p{pid}"), weights_only=True)
+        run_key = json.loads(results.read_text())["run-key"]
+        saved = torch.load(latest_state(federation.root / "state" / site, f"{run_key}-scaffold-p{pid}"), weights_only=True)
         expected = load_state(grid.contexts[reference.clients[pid].node_id], cfg)
         for k, v in expected["control"].items():
             assert torch.allclose(saved["control"][k], v, atol=1e-6), (site, k)
