@@ -317,8 +317,9 @@ def test_resume_after_superlink_kill_is_exact(federation, tmp_path, strategy):
     run_id = federation.submit(run_config({**overrides, "resume-from": str(tmp_path / strategy)}))
     status = federation.wait_finished(run_id, results, 3)
     assert status["status"] == "finished:completed", (status, federation.log("superlink")[-3000:])
-    print("unreaped processes below each SuperNode after the run:",
-          {site: len(zombies(federation, site)) for site in SITES})
+    # Flower's SuperExec reaps a finished ClientApp process when it starts the next one: after the run,
+    # the last one (the end-of-run message's) may wait, and nothing piles up
+    assert all(len(zombies(federation, site)) <= 1 for site in SITES)
 
     cfg = parse_run_config({**BASE, **overrides, "results-dir": str(tmp_path / "reference")})
     grid = InProcessGrid(app, 2, cfg.as_dict())
