@@ -11,6 +11,7 @@ import logging
 import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import torch
@@ -179,17 +180,12 @@ def test_max_empty_rounds_in_a_row_fail_the_run(small_config, monkeypatch):
                                            r"\(max-empty-rounds\), so the run stops; dropped replies by reason: "
                                            r"wrong-partition-id: 4$"):
         run_local(cfg, grid=InProcessGrid(forgetful(2), 4, cfg))
-    rows = json.loads((small_config_folder(small_config) / "rounds.json").read_text())["rounds"]
+    folder = Path(small_config["results-dir"]) / small_config["run-name"]
+    rows = json.loads((folder / "rounds.json").read_text())["rounds"]
     assert [(r["round"], r.get("replies")) for r in rows] == [(0, None), (1, 4), (2, 0)]
     off = {**cfg, "max-empty-rounds": 0, "run-name": "off"}
     strategy = run_local(off, grid=InProcessGrid(forgetful(2), 4, off))
     assert [r.get("skipped") for r in strategy.history[1:]] == [None, 1, 1, 1, 1]
-
-
-def small_config_folder(config):
-    from pathlib import Path
-
-    return Path(config["results-dir"]) / config["run-name"]
 
 
 # ---- housekeeping ------------------------------------------------------------------------------
