@@ -4,29 +4,34 @@ A checkpoint holds the global model, every attribute a strategy class (or any of
 lists in ``checkpoint_attrs``, the traffic totals, the result rows so far, the random
 generator states and the round number, so a resumed run repeats exactly what the
 uninterrupted run would have done. Client state is not in it: it lives with the clients
-(``context.state`` in a SuperNode, ``state-dir`` on a real site). It is a ``torch.save``
-pickle: load only checkpoints you wrote.
+(``context.state`` in a SuperNode, ``state-dir`` on a real site), versioned by round: the
+checkpoint holds which version of each client's state it builds on (``state_rounds``), so a
+resumed run asks every client for exactly that one. It is a ``torch.save`` pickle: load only
+checkpoints you wrote.
 """
 
 from __future__ import annotations
 
 import io
 import random
+from logging import WARNING
 from pathlib import Path
 from typing import Any
 
 import torch
+from flwr.common.logger import log
 
 from fedapp.config import ConfigError, RunConfig, defaults
 from fedapp.files import atomic_write
 
 FILENAME = "checkpoint.pt"
 #: base attributes every strategy has; algorithms add theirs with ``checkpoint_attrs``
-BASE_ATTRS = ("global_state", "totals", "history", "run_key")
+BASE_ATTRS = ("global_state", "totals", "history", "run_key", "state_rounds")
 #: run-config keys a resumed run may change: they set where, how long and on what it runs,
 #: not what is computed
 FREE_KEYS = frozenset({"num-server-rounds", "resume-from", "run-name", "results-dir", "checkpoint-every",
-                       "round-timeout", "node-wait-timeout", "device", "fault-fraction", "fault-kind", "tensorboard"})
+                       "round-timeout", "node-wait-timeout", "device", "fault-fraction", "fault-kind", "tensorboard",
+                       "keep-client-state", "max-empty-rounds"})
 
 
 def attrs_of(strategy) -> list[str]:
@@ -38,7 +43,8 @@ def attrs_of(strategy) -> list[str]:
 
 def due(cfg: RunConfig, server_round: int) -> bool:
     every = cfg.checkpoint_every
-    return bool(every) and server_round > 0 and (server_round % every == 0 or server_round == cfg.num_server_rounds)
+    # round 0 too: a run that fails in its first rounds (a full disk) can be resumed from the start
+    return bool(every) and (server_round % every == 0 or server_round == cfg.num_server_rounds)
 
 
 def _pack(value: Any) -> Any:
@@ -89,6 +95,7 @@ def save(strategy, path: Path, server_round: int) -> None:
     buf = io.BytesIO()
     torch.save(doc, buf)
     atomic_write(path, buf.getvalue())
+    strategy.kept_state_rounds = dict(strategy.state_rounds)
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -127,6 +134,9 @@ def resume(strategy, path: str | Path) -> int:
     check_compatible(doc, strategy.cfg, path)
     for name, saved in doc["attrs"].items():
         setattr(strategy, name, _restore(getattr(strategy, name, None), saved))
+    if "state_rounds" not in doc["attrs"]:
+        log(WARNING, "%s predates versioned client state: every client restarts its state from scratch", path)
+    strategy.kept_state_rounds = dict(strategy.state_rounds)
     strategy.rng.bit_generator.state = doc["rng"]["numpy"]
     torch.set_rng_state(doc["rng"]["torch"])
     random.setstate(doc["rng"]["python"])

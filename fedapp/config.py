@@ -186,6 +186,10 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("reply-memory-mb", float, 2048.0, "Memory for one exchange's replies at the server: when the replies together would exceed it, each goes to a file in state-spill-dir (or the system's temp dir) as it arrives, and is read back as it is aggregated (0: always).", low=0.0),
     Key("checkpoint-every", int, 1, "Write the server's full state to the run folder every this many rounds (0: never).", low=0),
     Key("resume-from", str, "", "Checkpoint file (or run folder holding checkpoint.pt) to continue a run from."),
+    Key("keep-client-state", bool, False, "Keep the clients' state (state-dir, spill files) when the run has "
+        "finished, so it can be resumed with more rounds; false removes it at the end of the run."),
+    Key("max-empty-rounds", int, 3, "Stop the run (failed) after this many rounds in a row without a valid "
+        "training reply (0: never; a run's first round without one always stops it).", low=0),
     Key("fault-fraction", float, 0.0, "Share of clients whose training/evaluation replies are faulty (fault injection).", low=0.0, high=1.0),
     Key("fault-kind", str, "raise", "Injected fault: raise, stall (past round-timeout), wrong-shape, nan, inf, "
         "scale (updates times 1e30) or num-examples (an inflated example count).",

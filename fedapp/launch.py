@@ -3,8 +3,9 @@
 ``flwr run --stream`` exits 0 even when the run failed, and the local SuperLink it
 starts keeps running; this launcher submits the run, follows its log, reads the
 final status with ``flwr ls --run-id ID --format json``, and stops the SuperLink it
-started. It starts that SuperLink itself while it checks the run config (``fedapp/preflight.py``),
-and submits once the check passed; on Ctrl-C,
+started. It starts that SuperLink itself, on free ports, while it checks the run config
+(``fedapp/preflight.py``), and submits once the check passed, never to a SuperLink that
+another launch (or anything else) runs; on Ctrl-C,
 SIGTERM or ``--timeout`` it stops the run and every process it started. Used by
 ``scripts/run.sh``, the tests and the benchmarks.
 
@@ -17,9 +18,12 @@ import argparse
 import json
 import os
 import re
+import random
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 import urllib.request
@@ -88,13 +92,35 @@ def superlink_ready(env: dict) -> bool:
         return False
 
 
-def start_local_superlink(home: Path, env: dict) -> subprocess.Popen | None:
-    """Start the local SuperLink that `flwr run` would start, unless one answers already. The
-    launcher starts it beside its run-config check: `flwr run` starts it only after its own
-    imports, and waits for it before submitting, so the three were in series (about 2, 2 and
-    3.5 s of CPU)."""
-    if superlink_ready(env):
-        return None
+def ports_free(port_base: int) -> bool:
+    """Whether nothing listens on the local SuperLink's ports of ``port_base`` (+1 HTTP API, +3
+    control API), checked by binding them."""
+    with socket.socket() as http, socket.socket() as control:
+        try:
+            for sock, port in ((http, port_base + 1), (control, port_base + 3)):
+                # as the SuperLink binds: a port whose last connections are closing is free
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_base(tries: int = 100) -> int:
+    """A port base whose SuperLink ports are free now (drawn at random, so parallel launches
+    rarely try the same ones)."""
+    draw = random.SystemRandom()
+    for _ in range(tries):
+        if ports_free(base := draw.randrange(20000, 60000)):
+            return base
+    raise RuntimeError("no free local ports for the SuperLink")
+
+
+def start_local_superlink(home: Path, env: dict) -> subprocess.Popen:
+    """Start this launch's own local SuperLink, the one `flwr run` would start, on the ports of
+    ``env``. The launcher starts it beside its run-config check: `flwr run` starts it only after
+    its own imports, and waits for it before submitting, so the three were in series (about 2, 2
+    and 3.5 s of CPU)."""
     (home / "local-superlink").mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(superlink_command(home, env), env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
@@ -105,11 +131,11 @@ def start_local_superlink(home: Path, env: dict) -> subprocess.Popen | None:
 SUPERLINK_START_LIMIT = 300.0
 
 
-def wait_for_superlink(proc: subprocess.Popen | None, home: Path, env: dict,
-                       limit: float = SUPERLINK_START_LIMIT) -> None:
+def wait_for_superlink(proc: subprocess.Popen, home: Path, env: dict, limit: float = SUPERLINK_START_LIMIT) -> None:
+    """Until the SuperLink ``proc`` answers; it must still run then (what answers is this one)."""
     end = time.time() + limit
-    while not superlink_ready(env):
-        if proc is not None and proc.poll() is not None:
+    while not superlink_ready(env) or proc.poll() is not None:
+        if proc.poll() is not None:
             raise RuntimeError(f"the local SuperLink exited with code {proc.returncode}; see "
                                f"{home / 'local-superlink' / 'superlink.log'}")
         if time.time() > end:
@@ -315,6 +341,22 @@ def run_config_overrides(run_config: str | list[str]) -> dict:
     return values
 
 
+#: the ServerApp's first log line names the run's results folder (fedapp.server_app.run)
+RESULTS_LINE = re.compile(r"\bresults: (\S.*?)\s*$")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def follow_log(lines, stream: bool, found: list[Path]) -> None:
+    """Echo the run's log (``stream``) and note the results folder the ServerApp names: the
+    ServerApp creates it (``run_dir``), so only the run knows which it is."""
+    for line in lines:
+        if stream:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+        if not found and (m := RESULTS_LINE.search(ANSI.sub("", line))):
+            found.append(Path(m.group(1)))
+
+
 def replot(folder: Path | None) -> None:
     """Redraw plot.png from the rounds on disk: the run may have been stopped between redraws."""
     from fedapp.results import plot
@@ -335,21 +377,26 @@ class RunStopped(Exception):
 
 
 def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, home: Path | None = None,
-           port_base: int = 39190, num_cpus: int = 1, num_gpus: float = 0.0, timeout: float | None = None,
+           port_base: int | None = None, num_cpus: int = 1, num_gpus: float = 0.0, timeout: float | None = None,
            stream: bool = True, app: Path = ROOT, check: bool = True) -> dict:
     """Submit one run, wait for it, return its final ``flwr ls`` entry (stops the SuperLink).
 
-    ``num_supernodes`` defaults to the run config's ``num-clients`` (a TOML file's too). With
-    ``check`` the run config is validated here first (fedapp/preflight.py): a bad one raises
-    ConfigError before anything is submitted. Ctrl-C (KeyboardInterrupt) or ``timeout`` s stop
-    the run, the SuperLink and every process they started, and raise RunStopped; the results
-    written so far stay.
+    The run goes to a SuperLink this call starts, on free ports (``port_base``: on those ports,
+    which must be free), never to one that was running already. ``num_supernodes`` defaults to
+    the run config's ``num-clients`` (a TOML file's too). With ``check`` the run config is
+    validated here first (fedapp/preflight.py): a bad one raises ConfigError before anything is
+    submitted. Ctrl-C (KeyboardInterrupt) or ``timeout`` s stop the run, the SuperLink and every
+    process they started, and raise RunStopped; the results written so far stay.
     """
     home = Path(home or ROOT / ".flwr-home").resolve()
-    env = flwr_env(home, port_base)
+    if port_base is not None and not ports_free(port_base):
+        raise ConfigError(f"--port-base {port_base}: port {port_base + 1} or {port_base + 3} is in use (another "
+                          "SuperLink?); a launch only submits to a SuperLink it started: leave --port-base out to "
+                          "use free ports")
+    env = flwr_env(home, free_port_base() if port_base is None else port_base)
     # a caller may set the id to find the processes itself (the tests do)
     token = env[LAUNCH_ID] = os.environ.get(LAUNCH_ID) or uuid.uuid4().hex
-    folder = None
+    found: list[Path] = []  # the results folder, once the ServerApp's log names it
     log = None
     run_id = None
     submit = None
@@ -364,16 +411,13 @@ def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, 
         if check:
             from fedapp.experiment import release_data
             from fedapp.preflight import check as preflight
-            from fedapp.results import run_dir
+            from fedapp.results import run_name
 
-            cfg = preflight(overrides)
+            cfg = preflight(overrides, base=ROOT)  # the ServerApp runs in ROOT
             release_data()  # the check's dataset: this process waits out the run and never trains
-            # named here, so this launcher knows the run's results folder
-            overrides.setdefault("run-name", cfg.run_name or run_dir(cfg).name)
-            folder = ROOT / run_dir(cfg.replace(run_name=overrides["run-name"]))
+            overrides.setdefault("run-name", run_name(cfg))  # the time of the launch, not of the run's start
         write_flower_config(home, num_supernodes, num_cpus, num_gpus)
-        wait_for_superlink(superlink, home, env, SUPERLINK_START_LIMIT if timeout is None
-                           else min(timeout, SUPERLINK_START_LIMIT))
+        wait_for_superlink(superlink, home, env)  # --timeout is the run's: it counts from the submission
         args = ["run", str(app), "local", "--format", "json"]
         if overrides:
             args += ["--run-config", " ".join(f"{k}={toml_value(v)}" for k, v in overrides.items())]
@@ -383,7 +427,9 @@ def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, 
         except (ValueError, KeyError):
             raise RuntimeError(f"flwr run did not start a run:\n{sub.stdout}\n{sub.stderr}") from None
         log = subprocess.Popen([str(BIN / "flwr"), "log", run_id, "local", "--stream"], env=env, cwd=ROOT,
-                               stdout=None if stream else subprocess.DEVNULL, stderr=subprocess.STDOUT)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        reader = threading.Thread(target=follow_log, args=(log.stdout, stream, found), daemon=True)
+        reader.start()
         deadline = None if timeout is None else time.time() + timeout
         try:
             for every in status_waits():
@@ -407,13 +453,15 @@ def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, 
                 signal.signal(signal.SIGINT, old)
             what = f"timed out after {timeout:.0f} s (--timeout)" if timed_out else "interrupted"
             stopped = RunStopped(f"run {run_id} {what}: stopped it and its processes; the results so far "
-                                 f"are in {folder or 'its results folder'}", status, 124 if timed_out else 130)
+                                 f"are in {found[0] if found else 'its results folder'}", status,
+                                 124 if timed_out else 130)
         else:
             try:  # the log stream ends with the run: let it print the last lines
                 log.wait(timeout=5)
+                reader.join(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
-            status["results"] = str(folder) if folder else None
+            status["results"] = str(found[0]) if found else None
             return status
     finally:
         old = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -431,7 +479,7 @@ def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, 
             stop_local_superlink(home, token)
         finally:
             signal.signal(signal.SIGINT, old)
-    replot(folder)  # nothing writes to the folder any more
+    replot(found[0] if found else None)  # nothing writes to the folder any more
     raise stopped
 
 
@@ -455,9 +503,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="stop the run (like Ctrl-C) after this many seconds; default: no limit")
     p.add_argument("--flwr-home", type=Path, default=ROOT / ".flwr-home",
                    help="private Flower home (config.toml, local SuperLink state); default: .flwr-home here")
-    p.add_argument("--port-base", type=int, default=39190,
-                   help="the local SuperLink's HTTP API port is this + 1, its control API this + 3; "
-                        "give parallel launches different bases")
+    p.add_argument("--port-base", type=int, default=None,
+                   help="the local SuperLink's HTTP API port is this + 1, its control API this + 3; they must be "
+                        "free (default: free ports drawn at random, so parallel launches never meet)")
     a = p.parse_args(argv)
     # Ctrl-C must reach us even where the shell started us with SIGINT ignored (`cmd &`)
     signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -3,8 +3,8 @@
 ``parse_run_config`` checks each key on its own; here the keys meet the machine, the data
 and the model: a GPU that is not there, data that cannot be found or read, partitions that
 cannot be made (more clients than examples, more classes per client than the dataset has),
-a model that cannot take the dataset's inputs, a checkpoint that cannot be read or was
-written with other settings. Every failure is a one-line ConfigError naming the key.
+a model that cannot take the dataset's inputs, a results folder that cannot be written, a
+checkpoint that cannot be read or was written with other settings. Every failure is a one-line ConfigError naming the key.
 ``python -m fedapp.launch`` runs these before ``flwr run``; the ServerApp runs them too, so a
 plain ``flwr run .`` fails the same way.
 """
@@ -12,13 +12,17 @@ plain ``flwr run .`` fails the same way.
 from __future__ import annotations
 
 import importlib.util
+import tempfile
 from collections.abc import Mapping
+from logging import WARNING
+from pathlib import Path
 from typing import Any
 
 import torch
+from flwr.common.logger import log
 
 from fedapp import checkpoint, registry
-from fedapp.config import ConfigError, RunConfig, parse_run_config
+from fedapp.config import ConfigError, RunConfig, defaults, parse_run_config
 from fedapp.data import Dataset, local_test_split, prepare, split_seen_unseen
 from fedapp.data.tables import ColumnError
 from fedapp.experiment import dataset, model_for, partitions
@@ -103,10 +107,39 @@ def check_partitions(cfg: RunConfig, ds: Dataset) -> None:
                               "use fewer clients or another partition")
 
 
-def check(run_config: Mapping[str, Any], local: bool = True) -> RunConfig:
+def check_results_dir(cfg: RunConfig, base: Path | None = None) -> None:
+    """``results-dir`` (relative to ``base``, default the working directory) is a folder this
+    process can create and write files in."""
+    path = (base or Path.cwd()) / Path(cfg.results_dir).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        raise ConfigError(f"run config 'results-dir' = {cfg.results_dir!r}: cannot write there "
+                          f"({err.strerror or err})") from None
+
+
+def warn_foreign_keys(cfg: RunConfig) -> None:
+    """One line naming the keys of other algorithms set away from their defaults: they have no
+    effect on the chosen strategy. A warning, not an error: a setting file may set the keys of
+    every method it compares (FedSMOO's Table 1 files), and ``flwr run`` passes every key of
+    ``pyproject.toml``."""
+    default = defaults()
+    foreign = sorted(k for k, v in cfg.as_dict().items()
+                     if "." in k and k.split(".", 1)[0] != cfg.prefix and v != default[k])
+    if foreign:
+        log(WARNING, "run config key(s) %s belong to other algorithms: no effect with strategy %r",
+            ", ".join(f"{k}={cfg[k]!r}" for k in foreign), cfg.strategy)
+
+
+def check(run_config: Mapping[str, Any], local: bool = True, base: Path | None = None) -> RunConfig:
     """Validate ``run_config`` fully, or raise ConfigError; ``local``: the clients run on this
-    machine from this run config's data (a simulation), so device and partitions are checked."""
+    machine from this run config's data (a simulation), so device and partitions are checked;
+    ``base``: what a relative ``results-dir`` is relative to (default: the working directory)."""
     cfg = parse_run_config(run_config)
+    warn_foreign_keys(cfg)
+    check_results_dir(cfg, base)
     if local:
         check_device(cfg)
     ds = load_data(cfg)

@@ -22,28 +22,40 @@ from fedapp.config import RunConfig
 from fedapp.files import atomic_write
 
 
+def run_name(cfg: RunConfig) -> str:
+    """The run's folder name: ``run-name``, else strategy-dataset-timestamp."""
+    return cfg.run_name or f"{cfg.strategy}-{cfg.dataset}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def own_resume(cfg: RunConfig, folder: Path) -> bool:
+    """Whether ``cfg`` resumes the run whose folder is ``folder`` (``resume-from`` names it or its
+    checkpoint): that run goes on writing there."""
+    if not cfg.resume_from:
+        return False
+    source = Path(cfg.resume_from).expanduser()
+    return (source.parent if source.suffix == ".pt" else source).resolve() == folder.resolve()
+
+
 def run_dir(cfg: RunConfig) -> Path:
-    """results-dir/run-name, created. A folder that holds another run's files is never written
-    to: the new run gets run-name-2 (-3, ...) and says so. Only a run resumed from the
-    checkpoint in that folder (``resume-from``) goes on writing there."""
-    name = cfg.run_name or f"{cfg.strategy}-{cfg.dataset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """results-dir/run-name, created by this run alone: a folder that exists already, even empty
+    (another run may have just created it), is never taken over; the new run gets run-name-2
+    (-3, ...) and says so. Only a run resumed from the checkpoint in that folder (``resume-from``)
+    goes on writing there."""
+    name = run_name(cfg)
     base = Path(cfg.results_dir).expanduser() / name
-    if cfg.resume_from:
-        source = Path(cfg.resume_from).expanduser()
-        if (source.parent if source.suffix == ".pt" else source).resolve() == base.resolve():
-            return base
+    if own_resume(cfg, base):
+        return base
+    base.parent.mkdir(parents=True, exist_ok=True)
     path, k = base, 1
     while True:
         try:
-            path.mkdir(parents=True)  # atomic: two runs starting together never share a folder
+            path.mkdir()  # atomic: of runs starting together exactly one creates each folder
             break
         except FileExistsError:
-            if not any(path.iterdir()):
-                break
-        k += 1
-        path = base.with_name(f"{name}-{k}")
+            k += 1
+            path = base.with_name(f"{name}-{k}")
     if path != base:
-        log(WARNING, "results folder %s holds another run: this run writes to %s", base, path)
+        log(WARNING, "results folder %s exists (another run's): this run writes to %s", base, path)
     return path
 
 
@@ -56,6 +68,8 @@ class ResultsWriter:
         self.path = path or run_dir(cfg)
         self.path.mkdir(parents=True, exist_ok=True)
         self.rows: list[dict[str, Any]] = list(rows or [])
+        #: round of the last complete checkpoint.pt in the folder (None: none yet)
+        self.checkpointed: int | None = self.rows[-1]["round"] if self.rows else None
         self.extra: dict[str, Any] = {}
         self._next_plot = time.time() + PLOT_EVERY_S
         # clients.csv: a resumed run keeps the rows of the rounds its checkpoint holds, a new one none
@@ -107,6 +121,7 @@ class ResultsWriter:
         self.flush()
         if strategy is not None and checkpoint.due(self.cfg, row["round"]):
             checkpoint.save(strategy, self.path / checkpoint.FILENAME, row["round"])
+            self.checkpointed = row["round"]
 
     def flush(self) -> None:
         doc = {"config": self.cfg.as_dict(), "rounds": self.rows, **self.extra}

@@ -12,6 +12,7 @@ from flwr.superlink.grid import InMemoryGrid
 from fedapp import checkpoint, preflight, registry
 from fedapp.config import RunConfig
 from fedapp.experiment import dataset, model_for, partitions
+from fedapp.files import DiskFull
 from fedapp.results import ResultsWriter
 
 app = ServerApp()
@@ -49,9 +50,16 @@ def run(grid: Grid, run_config):
             start - 1, start, cfg.num_server_rounds)
     writer = ResultsWriter(cfg, rows=strategy.history)
     log(INFO, "results: %s", writer.path.resolve())
-    if simulated(grid):
-        writer.write_partition(dataset(cfg).train_y.numpy(), partitions(cfg), dataset(cfg).num_classes)
-    strategy.start(grid, writer=writer, start_round=start)
+    try:
+        if simulated(grid):
+            writer.write_partition(dataset(cfg).train_y.numpy(), partitions(cfg), dataset(cfg).num_classes)
+        strategy.start(grid, writer=writer, start_round=start)
+    except DiskFull as err:  # the last complete checkpoint stays: the run can go on once there is space
+        done = writer.checkpointed
+        raise RuntimeError(f"{err.strerror}: the run stops; " + (
+            "no checkpoint was written" if done is None else
+            f"its last complete checkpoint is round {done}: free space and resume with resume-from='{writer.path}'")
+        ) from None
     last = strategy.history[-1] if strategy.history else {}
     final = ", ".join(f"{k} {last[k]:.4f}" for k in FINAL_METRICS if k in last)
     log(INFO, "done: %d rounds in %.0f s%s; results in %s", last.get("round", 0), last.get("wall-time", 0.0),

@@ -87,6 +87,13 @@ class FedStrategy(Strategy):
         # names this run's client state at the sites (every message carries it); a checkpoint keeps
         # it, so only a run resumed from this one's checkpoint finds that state
         self.run_key = f"{cfg.run_name or cfg.strategy}-{uuid.uuid4().hex[:12]}"
+        #: partition id -> the version (round) of that client's state the server's state builds on:
+        #: the round of its last accepted training reply. Every message names it, so a run resumed
+        #: from a checkpoint restores each client's state of the checkpointed round (fedapp.client_app)
+        self.state_rounds: dict[int, int] = {}
+        #: ``state_rounds`` of the last checkpoint written: the versions a resume may ask for, which
+        #: the clients keep
+        self.kept_state_rounds: dict[int, int] = {}
         #: ``start``'s ``train_config`` / ``evaluate_config``: the base of every message's config
         self.base_config: dict[str, dict[str, Any]] = {"train": {}, "evaluate": {}}
         # the partition ids addressed by the last configure_train / configure_evaluate, with the

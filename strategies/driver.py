@@ -131,6 +131,9 @@ class Driver:
         #: id of a message of the last exchange -> its reply's arrays on disk (``reply-memory-mb``),
         #: until parse_replies reads them
         self.spilled: dict[str, SpilledContent] = {}
+        self.state_holders: set[int] = set()  # partition ids that reported committing client state
+        self.state_lost: set[int] = set()  # partition ids that did not hold the state version asked for
+        self.reported_lost: set[int] = set()
 
     @property
     def cfg(self) -> RunConfig:
@@ -182,10 +185,15 @@ class Driver:
 
     # ---- messages --------------------------------------------------------------------
     def messages(self, contents: Mapping[int, RecordDict], message_type: str) -> list[Message]:
-        for c in contents.values():
+        """One message per partition id; each config names the run and the client state version to
+        start from and to keep (``state-round``, ``state-keep``: fedapp.client_app)."""
+        strategy = self.strategy
+        for pid, c in contents.items():
             if "config" not in c.config_records:
                 c["config"] = ConfigRecord({})
-            c["config"]["run-key"] = self.strategy.run_key
+            c["config"]["run-key"] = strategy.run_key
+            c["config"]["state-round"] = strategy.state_rounds.get(pid, 0)
+            c["config"]["state-keep"] = strategy.kept_state_rounds.get(pid, 0)
         return [Message(c, dst_node_id=self.strategy.clients[pid].node_id, message_type=message_type)
                 for pid, c in contents.items()]
 
@@ -291,7 +299,14 @@ class Driver:
                 metrics["num-examples"] = float(cap)
             valid[pid] = Reply(pid, payload_of(content) if spilled is None else spilled.payload(), metrics)
         out = [valid[pid] for pid in sorted(valid)]
-        return self.robust(out) if any(s is not None for s in expected.values()) else out
+        out = self.robust(out) if any(s is not None for s in expected.values()) else out
+        for r in out:  # the state versions the server's state now builds on (fedapp.client_app)
+            if "state-round" in r.metrics:
+                self.strategy.state_rounds[r.pid] = int(r.metrics["state-round"])
+                self.state_holders.add(r.pid)
+            if r.metrics.get("state-missing"):
+                self.state_lost.add(r.pid)
+        return out
 
     # ---- robust screen -----------------------------------------------------------------
     def reply_updates(self, reply: Reply) -> dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor | None]]:
@@ -390,10 +405,11 @@ class Driver:
         if not strategy.train_pool():
             raise RuntimeError("no training client is connected")
         t_start = time.time() - (strategy.history[-1]["wall-time"] if strategy.history else 0.0)
-        if start_round == 1:
+        if not strategy.history:  # a run resumed from its round-0 checkpoint has this row
             row = {"round": 0, **strategy.evaluate_central(), "wall-time": 0.0}
             row.update(self.server_evaluate(0, evaluate_fn, result))
             self.record(row, writer, result)
+        empty = 0  # rounds in a row without a valid training reply
         for rnd in range(start_round, num_rounds + 1):
             t0 = time.time()
             self.traffic.clear()
@@ -403,12 +419,15 @@ class Driver:
             result.train_metrics_clientapp[rnd] = MetricRecord(scalars(fit))
             row: dict[str, Any] = {"round": rnd, **fit}
             row["train-seconds"] = time.time() - t0
-            if rnd == start_round and row.get("replies") == 0 and self.dropped and all(
-                    reason.startswith("client-error") for reason in self.dropped):
-                # every client failing its first round is a set-up error at the sites (a device that
-                # is not there, missing data), not a fault to ride out: the run fails, saying why
-                raise RuntimeError(f"round {rnd}: every client failed, so the run stops: "
-                                   + "; ".join(sorted(self.dropped)))
+            empty = empty + 1 if row.get("replies") == 0 else 0
+            if empty and (rnd == start_round or empty == self.cfg.max_empty_rounds):
+                # no valid reply in a run's first round is a set-up error (a device that is not there,
+                # missing data, clients that all answer wrongly), and max-empty-rounds such rounds in a
+                # row a run that learns nothing: it fails, saying why, instead of reporting success
+                what = "its first round" if rnd == start_round else f"{empty} rounds in a row (max-empty-rounds)"
+                reasons = ", ".join(f"{k}: {v}" for k, v in sorted(self.dropped.items())) or "none"
+                raise RuntimeError(f"round {rnd}: no valid training reply in {what}, so the run stops; "
+                                   f"dropped replies by reason: {reasons}")
             if rnd % self.cfg.eval_every == 0 or rnd == num_rounds:
                 row.update(strategy.evaluate_round(rnd, grid))
             row.update(self.server_evaluate(rnd, evaluate_fn, result))
@@ -417,13 +436,36 @@ class Driver:
             row.update({f"total-{k}": v for k, v in strategy.totals.items()})
             row["dropped-replies"] = sum(self.dropped.values())
             row["dropped-reasons"] = dict(self.dropped)
+            if lost := sorted(self.state_lost - self.reported_lost):
+                log(WARNING, "round %d: partition(s) %s no longer hold the client state this run builds on "
+                    "(a site lost its state-dir, or a simulation was resumed in a new run): they restart it from "
+                    "scratch", rnd, ", ".join(map(str, lost)))
+                row["state-lost"] = lost
+                self.reported_lost.update(lost)
+            self.state_lost.clear()
             row["round-seconds"] = time.time() - t0
             row["wall-time"] = time.time() - t_start
             self.record(row, writer, result)
+        self.end_of_run(grid)
         arrays = strategy.global_arrays()
         if arrays is not None:
             result.arrays = arrays
         return result
+
+    def end_of_run(self, grid: Grid) -> None:
+        """The run has finished: its client state files are removed at the sites (``end-of-run``),
+        or with ``keep-client-state`` (to resume the run with more rounds later) all but the last
+        version. Sites that do not answer within a minute keep their files."""
+        if not self.state_holders:
+            return
+        keep = self.cfg.keep_client_state
+        contents = {pid: RecordDict({"config": ConfigRecord({"end-of-run": True, "keep-client-state": keep})})
+                    for pid in self.strategy.clients}
+        replies = [m for m in send_and_receive(grid, self.messages(contents, MessageType.QUERY),
+                                               min(self.cfg.round_timeout, 60.0)) if m.has_content()]
+        log(INFO, "end of run: %d of %d clients removed %d client state files%s", len(replies), len(contents),
+            sum(int(m.content["metrics"]["removed-files"]) for m in replies),
+            " (keep-client-state: all but the last version)" if keep else "; keep-client-state=true keeps them")
 
     def server_evaluate(self, server_round: int, evaluate_fn, result: Result) -> dict[str, float]:
         """Flower's ``evaluate_fn(round, arrays)`` on the global model; its metrics go to the

@@ -36,7 +36,8 @@ SITES = {"site-a": 0, "site-b": 1}
 def run_config(overrides: dict) -> str:
     """BASE with ``overrides`` as a --run-config string."""
     values = {**BASE, **overrides}
-    return " ".join(f"{k}='{v}'" if isinstance(v, str) else f"{k}={v}" for k, v in values.items())
+    return " ".join(f"{k}='{v}'" if isinstance(v, str) else f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                    for k, v in values.items())
 
 
 def free_port() -> int:
@@ -65,6 +66,11 @@ def rounds(path: Path) -> list[dict]:
         return json.loads(path.read_text())["rounds"]
     except FileNotFoundError:
         return []
+
+
+def latest_state(folder: Path, pattern: str) -> Path:
+    """The newest state version file ``<run-key>-<strategy>-p<pid>-r<round>.pt`` matching ``pattern``."""
+    return max(folder.glob(f"{pattern}-r*.pt"), key=lambda p: int(p.stem.rsplit("-r", 1)[1]))
 
 
 class Federation:
@@ -113,6 +119,18 @@ class Federation:
         except ProcessLookupError:
             pass
         proc.wait()
+
+    def start_superlink(self) -> None:
+        """The SuperLink, with TLS, SuperNode authentication and its state in a database file, so
+        that it can be restarted after a crash with its registered nodes and runs."""
+        log = self.root / "superlink.log"
+        started = log.read_text(errors="replace").count("Uvicorn running on https://") if log.exists() else 0
+        self.start("superlink", [
+            "flower-superlink", "--ssl-ca-certfile", str(self.creds / "ca.crt"),
+            "--ssl-certfile", str(self.creds / "server.pem"), "--ssl-keyfile", str(self.creds / "server.key"),
+            "--enable-supernode-auth", "--host", "127.0.0.1", "--port", str(self.port),
+            "--database", str(self.root / "superlink.db")])
+        self.wait_for("superlink", "Uvicorn running on https://", count=started + 1)
 
     def supernode(self, site: str, extra: list[str] = (), ca: bool = True) -> subprocess.Popen:
         pid = SITES.get(site, len(SITES))
@@ -164,11 +182,7 @@ def federation(tmp_path_factory):
     try:
         subprocess.run([sys.executable, str(ROOT / "scripts" / "make_credentials.py"), str(fed.creds),
                         "site-a", "site-b", "site-c", "site-d"], check=True, capture_output=True)
-        fed.start("superlink", [
-            "flower-superlink", "--ssl-ca-certfile", str(fed.creds / "ca.crt"),
-            "--ssl-certfile", str(fed.creds / "server.pem"), "--ssl-keyfile", str(fed.creds / "server.key"),
-            "--enable-supernode-auth", "--host", "127.0.0.1", "--port", str(fed.port)])
-        fed.wait_for("superlink", "Uvicorn running on https://")
+        fed.start_superlink()
         # site-d is never registered; site-c is, but will lack the CA certificate
         sites = ("site-a", "site-b", "site-c")
         with ThreadPoolExecutor(len(sites)) as pool:
@@ -193,7 +207,7 @@ def test_fedavg_run_completes_on_the_registered_sites(federation, tmp_path):
     rows = rounds(results)
     assert [r["round"] for r in rows] == [0, 1]
     assert rows[1]["replies"] == 1 and rows[1]["dropped-replies"] == 0 and rows[1]["train-loss"] > 0
-    assert list((federation.root / "state" / "site-a").glob("fedavg-*-fedavg-p0.pt"))  # <run-key>-<strategy>-p<pid>
+    assert not list((federation.root / "state").rglob("fedavg-*"))  # stateless clients write no state files
 
 
 def test_scaffold_run_keeps_client_state_across_a_supernode_restart(federation, tmp_path):
@@ -201,7 +215,7 @@ def test_scaffold_run_keeps_client_state_across_a_supernode_restart(federation, 
     round 2, is frozen meanwhile: round 3 cannot start, and address A, before A is back.
     A's control variate comes back from its state-dir: the run equals an in-process run
     whose clients never restart, round by round and in both sites' final control variates."""
-    overrides = {"strategy": "scaffold", "results-dir": str(tmp_path), "run-name": "scaffold"}
+    overrides = {"strategy": "scaffold", "results-dir": str(tmp_path), "run-name": "scaffold", "keep-client-state": True}
     run_id = federation.submit(run_config(overrides))
     results = tmp_path / "scaffold" / "rounds.json"
     deadline = time.time() + 300
@@ -230,8 +244,8 @@ def test_scaffold_run_keeps_client_state_across_a_supernode_restart(federation, 
         assert row["train-loss"] == pytest.approx(ref["train-loss"], rel=1e-5)
         assert row["central-loss"] == pytest.approx(ref["central-loss"], rel=1e-5)
     for site, pid in SITES.items():
-        [path] = (federation.root / "state" / site).glob(f"scaffold-*-scaffold-p{pid}.pt")  # <run-key>-<strategy>-p<pid>
-        saved = torch.load(path, weights_only=True)
+        run_key = json.loads(results.read_text())["run-key"]
+        saved = torch.load(latest_state(federation.root / "state" / site, f"{run_key}-scaffold-p{pid}"), weights_only=True)
         expected = load_state(grid.contexts[reference.clients[pid].node_id], cfg)
         for k, v in expected["control"].items():
             assert torch.allclose(saved["control"][k], v, atol=1e-6), (site, k)
@@ -254,3 +268,71 @@ def test_supernode_without_the_ca_certificate_cannot_connect(federation):
     assert "CERTIFICATE_VERIFY_FAILED" in log and "Receiving" not in log
     nodes = {int(n["node-id"]): n for n in federation.flwr("supernode", "ls", "sites")["nodes"]}
     assert nodes[federation.node_ids["site-c"]]["status"] == "registered"  # never online
+
+
+def zombies(fed: Federation, site: str) -> list[int]:
+    """Finished processes below a site's SuperNode that nobody has reaped (``<defunct>``)."""
+    out = []
+    for pid in process_tree(fed.procs[site].pid):
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
+                out.append(pid)
+        except FileNotFoundError:
+            pass
+    return out
+
+
+@pytest.mark.parametrize("strategy", ["scaffold", "feddyn"])
+def test_resume_after_superlink_kill_is_exact(federation, tmp_path, strategy):
+    """Both sites train every round. Round 1 is recorded (and checkpointed); in round 2 site A is
+    frozen before it answers while site B trains, commits its round-2 state and answers; then the
+    SuperLink, its ServerApp and everything they started are killed (SIGKILL). The SuperLink is
+    restarted on its database, the sites reconnect on their own, and the run resumed from its
+    folder asks each site for its state of round 1: it ends bit for bit as an in-process run that
+    was never interrupted, in the server's state and in both sites' client state."""
+    overrides = {"strategy": strategy, "fraction-train": 1.0, "num-server-rounds": 2, "results-dir": str(tmp_path),
+                 "run-name": strategy, "keep-client-state": True}
+    federation.submit(run_config(overrides))
+    results = tmp_path / strategy / "rounds.json"
+    deadline = time.time() + 300
+    while len(rounds(results)) < 2:  # rounds 0 and 1
+        assert time.time() < deadline, federation.log("superlink")[-3000:]
+        time.sleep(0.1)
+    site_a = process_tree(federation.procs["site-a"].pid)
+    signal_all(site_a, signal.SIGSTOP)  # round 2's ClientApp takes seconds to start: A has not answered
+    try:
+        run_key = json.loads(results.read_text())["run-key"]
+        b_round_2 = federation.root / "state" / "site-b" / f"{run_key}-{strategy}-p1-r2.pt"
+        while not b_round_2.exists():  # B has trained round 2
+            assert time.time() < deadline, federation.log("site-b")[-3000:]
+            time.sleep(0.05)
+        signal_all(process_tree(federation.procs.pop("superlink").pid), signal.SIGKILL)
+    finally:
+        signal_all(site_a, signal.SIGCONT)
+        if "superlink" not in federation.procs:  # restarted on its database, also for the tests after this one
+            federation.start_superlink()
+    assert [r["round"] for r in rounds(results)] == [0, 1]
+    assert torch.load(tmp_path / strategy / "checkpoint.pt", weights_only=False)["round"] == 1
+
+    run_id = federation.submit(run_config({**overrides, "resume-from": str(tmp_path / strategy)}))
+    status = federation.wait_finished(run_id, results, 3)
+    assert status["status"] == "finished:completed", (status, federation.log("superlink")[-3000:])
+    # Flower's SuperExec reaps a finished ClientApp process when it starts the next one: after the run,
+    # the last one (the end-of-run message's) may wait, and nothing piles up
+    assert all(len(zombies(federation, site)) <= 1 for site in SITES)
+
+    cfg = parse_run_config({**BASE, **overrides, "results-dir": str(tmp_path / "reference")})
+    grid = InProcessGrid(app, 2, cfg.as_dict())
+    reference = run_local(cfg.as_dict(), grid=grid)
+    rows = rounds(results)
+    assert [r["round"] for r in rows] == [0, 1, 2]
+    keys = ("train-loss", "central-loss", "central-accuracy", "replies")
+    assert [{k: r.get(k) for k in keys} for r in rows] == [{k: r.get(k) for k in keys} for r in reference.history]
+    saved = torch.load(tmp_path / strategy / "checkpoint.pt", weights_only=False)["attrs"]
+    for name in ("global_state", "control" if strategy == "scaffold" else "dual"):
+        want = getattr(reference, name)
+        assert all(torch.equal(saved[name][k], v) for k, v in want.items()), name
+    for site, pid in SITES.items():
+        got = torch.load(latest_state(federation.root / "state" / site, f"{run_key}-{strategy}-p{pid}"), weights_only=True)
+        want = load_state(grid.contexts[reference.clients[pid].node_id], cfg)
+        assert got.keys() == want.keys() and all(torch.equal(got[n][k], v) for n in want for k, v in want[n].items())

@@ -11,7 +11,7 @@ from flwr.app import Context, MessageType, RecordDict
 from PIL import Image
 
 from clients.scaffold import ScaffoldClient
-from fedapp.client_app import app, commit_state, load_state, state_path
+from fedapp.client_app import app, commit_state, end_of_run, load_state, state_path
 from fedapp.config import parse_run_config
 from fedapp.inprocess import InProcessGrid, run_local
 
@@ -30,15 +30,41 @@ def test_commit_then_load_through_a_fresh_context(tmp_path):
     cfg = parse_run_config({"strategy": "scaffold"})
     node = {"partition-id": 3, "state-dir": str(tmp_path / "state")}
     state = {"control": {"w": torch.randn(3, 2), "b": torch.arange(2.0)}}
-    commit_state(Context(7, 1, node, RecordDict(), {}), cfg, state)
-    assert [p.name for p in (tmp_path / "state").iterdir()] == ["run7-scaffold-p3.pt"]  # no temporary left
-    loaded = load_state(Context(7, 1, node, RecordDict(), {}), cfg)
+    commit_state(Context(7, 1, node, RecordDict(), {}), cfg, state, version=1)
+    assert [p.name for p in (tmp_path / "state").iterdir()] == ["run7-scaffold-p3-r1.pt"]  # no temporary left
+    loaded = load_state(Context(7, 1, node, RecordDict(), {}), cfg, version=1)
     assert loaded.keys() == state.keys()
     assert all(torch.equal(loaded["control"][k], v) for k, v in state["control"].items())
-    assert load_state(Context(8, 1, node, RecordDict(), {}), cfg) == {}  # another run starts clean
+    assert load_state(Context(8, 1, node, RecordDict(), {}), cfg) is None  # another run starts clean
     no_dir = Context(7, 1, {"partition-id": 3}, RecordDict(), {})
-    commit_state(no_dir, cfg, state)
+    commit_state(no_dir, cfg, state, version=1)
     assert state_path(no_dir, cfg) is None and load_state(no_dir, cfg).keys() == {"control"}  # memory only
+
+
+def test_versions_kept_are_the_asked_ones(tmp_path):
+    """A commit keeps the versions it is told to (the checkpoint's) and drops the rest, in memory
+    and on disk; each version reads back as it was committed. At the end of the run only the last
+    version stays (keep-client-state), or no file."""
+    cfg = parse_run_config({"strategy": "scaffold"})
+    for node in ({"partition-id": 0, "state-dir": str(tmp_path / "state")}, {"partition-id": 0}):
+        ctx = Context(7, 1, node, RecordDict(), {})
+        states = {r: {"control": {"w": torch.full((2,), float(r))}} for r in range(1, 5)}
+        commit_state(ctx, cfg, states[1], version=1)
+        commit_state(ctx, cfg, states[2], version=2, keep=(1,))
+        commit_state(ctx, cfg, states[3], version=3, keep=(2,))
+        commit_state(ctx, cfg, states[4], version=4, keep=(2,))
+        for r, want in ((2, 2.0), (4, 4.0), (None, 4.0)):
+            assert torch.equal(load_state(ctx, cfg, version=r)["control"]["w"], torch.full((2,), want))
+        assert load_state(ctx, cfg, version=1) is None and load_state(ctx, cfg, version=3) is None
+        if "state-dir" in node:
+            assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["run7-scaffold-p0-r2.pt",
+                                                                                "run7-scaffold-p0-r4.pt"]
+            fresh = Context(7, 1, node, RecordDict(), {})  # a restarted SuperNode reads them from disk
+            assert torch.equal(load_state(fresh, cfg, version=2)["control"]["w"], torch.full((2,), 2.0))
+        assert end_of_run(ctx, cfg, None, keep=4) == (1 if "state-dir" in node else 0)  # keep-client-state
+        assert load_state(ctx, cfg, version=2) is None and load_state(ctx, cfg, version=4) is not None
+        assert end_of_run(ctx, cfg, None, keep=None) == (1 if "state-dir" in node else 0)
+        assert not list((tmp_path / "state").glob("run7-*"))
 
 
 @pytest.mark.parametrize("strategy", ["scaffold", "feddyn", "fedsmoo", "fedals"])
@@ -58,7 +84,7 @@ def test_restart_before_every_message_with_state_dir_equals_in_memory_state(stra
 
 def test_scaffold_control_after_restart_is_the_one_before(small_config, tmp_path):
     run_config = {**small_config, "strategy": "scaffold", "num-server-rounds": 2, "fraction-evaluate": 0.0,
-                  "central-eval": False}
+                  "central-eval": False, "keep-client-state": True}
     grid = InProcessGrid(app, 4, run_config, site_configs(4, tmp_path / "state"))
     strategy = run_local(run_config, grid=grid)
     cfg = parse_run_config(run_config)
@@ -76,12 +102,12 @@ def test_scaffold_control_after_restart_is_the_one_before(small_config, tmp_path
 @pytest.mark.parametrize("failure", ["training", "writing"])
 def test_a_failed_round_leaves_the_last_committed_state(failure, small_config, tmp_path, monkeypatch):
     run_config = {**small_config, "strategy": "scaffold", "num-server-rounds": 1, "fraction-evaluate": 0.0,
-                  "central-eval": False}
+                  "central-eval": False, "keep-client-state": True}
     grid = InProcessGrid(app, 4, run_config, site_configs(4, tmp_path / "state"))
     strategy = run_local(run_config, grid=grid)
     cfg = parse_run_config(run_config)
     ctx = grid.contexts[strategy.clients[0].node_id]
-    path = state_path(ctx, cfg, key=strategy.run_key)
+    path = state_path(ctx, cfg, key=strategy.run_key, version=1)
     committed = path.read_bytes()
 
     def crash(*args, **kwargs):
@@ -98,7 +124,7 @@ def test_a_failed_round_leaves_the_last_committed_state(failure, small_config, t
             if m.metadata.dst_node_id == ctx.node_id]
     [reply] = grid.send_and_receive(msgs)
     assert reply.has_error()
-    assert path.read_bytes() == committed
+    assert path.read_bytes() == committed and [p.name for p in path.parent.glob(f"*-p0-*")] == [path.name]
     monkeypatch.undo()
     kept = load_state(ctx, cfg)["control"]
     reread = load_state(Context(ctx.run_id, ctx.node_id, dict(ctx.node_config), RecordDict(), {}), cfg,
@@ -138,14 +164,16 @@ def test_new_run_never_loads_another_runs_state(small_config, tmp_path):
     a state-dir starts from a clean state: it equals a run at sites that never had any."""
     run_config = {**small_config, "strategy": "scaffold", "num-server-rounds": 2, "fraction-evaluate": 0.0,
                   "central-eval": False}
-    first = run_local(run_config, grid=InProcessGrid(restarted, 4, run_config, site_configs(4, tmp_path / "state")))
+    kept = {**run_config, "keep-client-state": True}
+    first = run_local(kept, grid=InProcessGrid(restarted, 4, kept, site_configs(4, tmp_path / "state")))
     second = run_local(run_config, grid=InProcessGrid(restarted, 4, run_config, site_configs(4, tmp_path / "state")))
     clean = run_local(run_config, grid=InProcessGrid(restarted, 4, run_config, site_configs(4, tmp_path / "fresh")))
     assert first.run_key != second.run_key
     assert all(torch.equal(second.global_state[k], v) for k, v in clean.global_state.items())
     assert all(torch.equal(second.control[k], v) for k, v in clean.control.items())
+    # the first run kept its state (keep-client-state), the second removed its own at its end
     files = sorted(p.name for p in (tmp_path / "state").iterdir())
-    assert files == sorted(f"{s.run_key}-scaffold-p{i}.pt" for s in (first, second) for i in range(4))
+    assert files == sorted(f"{first.run_key}-scaffold-p{i}-r{r}.pt" for i, r in first.state_rounds.items())
 
 
 def test_a_resumed_run_finds_its_clients_state(small_config, tmp_path, monkeypatch):
@@ -155,7 +183,7 @@ def test_a_resumed_run_finds_its_clients_state(small_config, tmp_path, monkeypat
     run_config = {**small_config, "strategy": "scaffold", "num-server-rounds": 3, "fraction-evaluate": 0.0,
                   "central-eval": False, "fraction-train": 0.5}
     full = run_local({**run_config, "run-name": "full"})
-    stopped = run_local({**run_config, "num-server-rounds": 2},
+    stopped = run_local({**run_config, "num-server-rounds": 2, "keep-client-state": True},
                         grid=InProcessGrid(restarted, 4, run_config, site_configs(4, tmp_path / "state")))
     resumed_config = {**run_config, "resume-from": str(tmp_path / "results" / "t")}
     resumed = run_local(resumed_config,

@@ -13,8 +13,8 @@ import pytest
 
 from fedapp import launch as launcher
 from fedapp.config import ConfigError
-from fedapp.launch import (BIN, LAUNCH_ID, RunStopped, flwr_env, launch, launched_processes, run_status,
-                           stop_local_superlink)
+from fedapp.launch import (BIN, LAUNCH_ID, RunStopped, flwr_env, free_port_base, launch, launched_processes,
+                           run_status, stop_local_superlink)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,7 +37,7 @@ def test_flwr_run_simulation_completes_and_writes_results(tmp_path, monkeypatch)
         superexec_environ(tmp_path / "flwr-home", token)) or run_status(*a))
     t0 = time.time()
     status = launch(f"num-server-rounds=2 num-clients=4 local-steps=5 results-dir='{results}' run-name='r'",
-                    home=tmp_path / "flwr-home", port_base=39390, stream=False, timeout=300)
+                    home=tmp_path / "flwr-home", stream=False, timeout=300)
     assert status["status"] == "finished:completed"
     # the launcher waits on the run's log stream, which ends with the run: one query at the end, and
     # one every STATUS_EVERY s before it, not one a second
@@ -60,12 +60,12 @@ def test_flwr_run_bad_config_fails_before_training(tmp_path, monkeypatch):
     monkeypatch.setattr(launcher.PrewarmedFlwr, "run", lambda self, args: calls.append(args))
     monkeypatch.setenv(LAUNCH_ID, token := uuid.uuid4().hex)
     with pytest.raises(ConfigError, match="'model' = 'vgg'"):  # the launcher submits nothing
-        launch("model='vgg'", home=tmp_path / "flwr-home", port_base=39390, stream=False, timeout=120)
+        launch("model='vgg'", home=tmp_path / "flwr-home", stream=False, timeout=120)
     # no `flwr run`, and the SuperLink started beside the check is stopped
     assert calls == [] and launched_processes(tmp_path / "flwr-home", token) == []
     monkeypatch.undo()
     # the ServerApp checks too: unchecked, the run is submitted and fails there
-    status = launch("model='vgg'", home=tmp_path / "flwr-home", port_base=39390, stream=False, timeout=120,
+    status = launch("model='vgg'", home=tmp_path / "flwr-home", stream=False, timeout=120,
                     check=False)
     assert status["status"] == "finished:failed"
 
@@ -75,7 +75,7 @@ def test_ctrl_c_stops_the_run_and_its_processes(tmp_path):
     started (SuperExec, simulation, Ray), exits 130 and keeps the rounds so far with their plot."""
     results, home, token = tmp_path / "results", tmp_path / "flwr-home", uuid.uuid4().hex
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fedapp.launch", "--flwr-home", str(home), "--port-base", "39290",
+        [sys.executable, "-m", "fedapp.launch", "--flwr-home", str(home),
          "--run-config", f"num-server-rounds=1000 num-clients=2 local-steps=20 results-dir='{results}' run-name='r'"],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), LAUNCH_ID: token},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -104,7 +104,7 @@ def test_plain_flwr_run_on_a_fresh_offline_flower_home(tmp_path):
     """`flwr run . --stream` as the README gives it: a Flower home with no config (Flower writes its
     default 2-node local federation), no runtime dependency installation (offline)."""
     home, results = tmp_path / "fresh-home", tmp_path / "results"
-    env = {**flwr_env(home, 39590), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+    env = {**flwr_env(home, free_port_base()), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
     try:
         out = subprocess.run([str(BIN / "flwr"), "run", ".", "--stream", "--run-config",
                               f"num-server-rounds=1 local-steps=2 results-dir='{results}' run-name='p'"],
@@ -122,7 +122,7 @@ def test_timeout_stops_the_run_and_its_processes(tmp_path):
     try:
         with pytest.raises(RunStopped, match="timed out after 10 s") as stop:
             launch(f"num-server-rounds=1000 local-steps=20 results-dir='{tmp_path / 'results'}' run-name='r'",
-                   home=home, port_base=39690, stream=False, timeout=10)
+                   home=home, stream=False, timeout=10)
     finally:
         del os.environ[LAUNCH_ID]
     assert stop.value.exit_code == 124
@@ -138,14 +138,14 @@ def test_the_superlink_starts_beside_the_check_and_stops_with_a_bad_config(tmp_p
     monkeypatch.setenv(LAUNCH_ID, token)
     seen = []
 
-    def check(overrides):
+    def check(overrides, **kw):
         seen.append([Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:3]
                      for pid in launched_processes(home, token)])
         raise ConfigError("run config 'model' = 'x': checked")
 
     monkeypatch.setattr(fedapp.preflight, "check", check)
     with pytest.raises(ConfigError, match="checked"):
-        launch("model='x'", home=home, port_base=39490, stream=False, timeout=60)
+        launch("model='x'", home=home, stream=False, timeout=60)
     # the SuperLink (the script, under its python) and the `flwr` that will submit, importing
     assert seen == [[[str(BIN / "flower-superlink").encode(), b"--insecure"],
                      [b"-c", launcher.PrewarmedFlwr.CODE.encode()]]]
@@ -177,7 +177,7 @@ def test_superlink_command_is_flowers(tmp_path, monkeypatch):
 def test_prewarmed_flwr_runs_the_command_it_is_given_or_none(tmp_path):
     """The `flwr` process the launcher starts beside its check runs the command it is then given, as
     `flwr` itself does; closed first (a bad run config), it is stopped having run nothing."""
-    env = flwr_env(tmp_path / "flwr-home", 39590)
+    env = flwr_env(tmp_path / "flwr-home", free_port_base())
     version = subprocess.run([str(BIN / "flwr"), "--version"], env=env, capture_output=True, text=True)
     done = launcher.PrewarmedFlwr(env).run(["--version"])
     assert (done.returncode, done.stdout) == (0, version.stdout) and "Flower" in done.stdout

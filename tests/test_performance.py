@@ -53,14 +53,16 @@ def test_spilled_client_state_gives_the_same_run(small_config, tmp_path):
     """SCAFFOLD's control variates kept on disk (state-memory-mb tiny) train exactly as in memory."""
     cfg = {**small_config, "strategy": "scaffold", "num-server-rounds": 3, "fraction-evaluate": 0.0}
     in_memory = run_local(cfg)
-    spilled_cfg = {**cfg, "state-memory-mb": 1e-6, "state-spill-dir": str(tmp_path / "spill")}
+    spilled_cfg = {**cfg, "state-memory-mb": 1e-6, "state-spill-dir": str(tmp_path / "spill"),
+                   "keep-client-state": True}
     grid = InProcessGrid(app, 4, spilled_cfg)
     spilled = run_local(spilled_cfg, grid=grid)
     for k, v in in_memory.global_state.items():
         assert torch.equal(spilled.global_state[k], v), k
     for ctx in grid.contexts.values():  # only a reference in the context, the arrays on disk
         assert not any(n.startswith("state.") for n in ctx.state.array_records)
-        assert ctx.state["spilled-state"]["path"].startswith(str(tmp_path / "spill"))
+        versions = ctx.state["state-versions"]
+        assert versions[str(versions["latest"])].startswith(str(tmp_path / "spill"))
     assert len(list((tmp_path / "spill").glob("*.pt"))) == 4
 
 

@@ -4,6 +4,7 @@ that is registered (the others are skipped until they are)."""
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, Met
 from PIL import Image
 
 from fedapp import checkpoint, registry
-from fedapp.client_app import app
+from fedapp.client_app import app, load_state
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.faults import KINDS, faulty_partitions
 from fedapp.inprocess import InProcessGrid, run_local
@@ -64,7 +65,7 @@ def config(tmp_path, image_tree, monkeypatch):
     monkeypatch.setenv("FEDAPP_CACHE", str(image_tree.parent / "cache"))  # decoded once per session
 
     def make(strategy, **kw):
-        extra = dict(EXTRA[strategy])
+        extra = dict(EXTRA.get(strategy, {}))
         if extra.get("dataset") == "imagefolder":
             extra["data-dir"] = str(image_tree)
         return {"strategy": strategy, "num-clients": 10, "num-server-rounds": ROUNDS, "local-steps": 2,
@@ -232,7 +233,8 @@ def test_every_client_failing_the_first_round_fails_the_run(config):
     """A set-up error at every site (here every client raising) stops the run with the clients'
     reason instead of finishing 'successfully' with skipped rounds; a later round may fail at every
     client (a fault) without stopping the run."""
-    with pytest.raises(RuntimeError, match="round 1: every client failed.*InjectedFault: fault-kind raise"):
+    with pytest.raises(RuntimeError, match="round 1: no valid training reply in its first round.*"
+                       "client-error: InjectedFault: fault-kind raise: 10"):
         run(config("fedavg", **{"fault-fraction": 1.0, "fault-kind": "raise"}))
 
 
@@ -289,6 +291,92 @@ def test_interrupted_run_resumed_from_checkpoint_equals_uninterrupted(name, ever
     doc = json.loads((folder / "rounds.json").read_text())
     assert [r["round"] for r in doc["rounds"]] == list(range(rounds + 1))
     assert same_rows(doc["rounds"], json.loads((tmp_path / "results" / "full" / "rounds.json").read_text())["rounds"])
+
+
+class MidRoundCrash(InProcessGrid):
+    """Stops the server (raises) once the clients of round ``at``'s first training exchange have
+    trained and committed that round's state, before the server sees a reply: a SuperLink killed
+    mid-round."""
+
+    def __init__(self, *args, at: int, **kw):
+        super().__init__(*args, **kw)
+        self.at = at
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        ids = super().push_messages(messages)
+        if any(m.metadata.message_type == MessageType.TRAIN and m.content["config"]["server-round"] == self.at
+               for m in messages):
+            raise Crash(f"server stopped in round {self.at}")
+        return ids
+
+
+def client_states(grid):
+    """Every node's latest committed client state, flattened in a fixed order."""
+    cfg = parse_run_config(grid.run_config)
+    return {node: {f"{name}/{k}": v for name, tensors in sorted((load_state(ctx, cfg) or {}).items())
+                   for k, v in sorted(tensors.items())} for node, ctx in sorted(grid.contexts.items())}
+
+
+#: every algorithm whose clients keep state between rounds (FedCM and MoFedSAM keep theirs on the server)
+STATEFUL = ["scaffold", "feddyn", "fedsmoo", "fedals", "fedals-scaffold", "hcct-p", "maxfl", "fedrep", "local",
+            "pefll"]
+
+
+@pytest.mark.parametrize("name", strategies(*STATEFUL))
+def test_resume_after_a_crash_mid_round_is_exact(name, config, tmp_path, monkeypatch):
+    """The server stops in round 3 after its clients trained it (they committed round 3's state);
+    the run resumed from the round-2 checkpoint asks each client for its state of round 2, not
+    the newer one, and ends bit for bit as the uninterrupted run: rows, server state and every
+    client's state."""
+    monkeypatch.setattr("fedapp.results.plot", lambda *a, **kw: None)
+    base = config(name, **{"num-clients": 4, "num-server-rounds": 4, "checkpoint-every": 1,
+                           "fraction-train": 1.0 if name.startswith("hcct") else 0.5, "keep-client-state": True,
+                           **({"fedals.alpha": 3} if name.startswith("fedals") else {}),
+                           **({"fedrep.head-steps": 2} if name == "fedrep" else {})})
+    full_grid = InProcessGrid(app, 4, base)
+    full = run_local({**base, "run-name": "full"}, grid=full_grid)
+
+    grid = MidRoundCrash(app, 4, base, at=3)
+    with pytest.raises(Crash):
+        run_local(base, grid=grid)
+    folder = tmp_path / "results" / "r"
+    assert torch.load(folder / "checkpoint.pt", weights_only=False)["round"] == 2
+    committed = {int(ctx.state["state-versions"]["latest"]) for ctx in grid.contexts.values()
+                 if "state-versions" in ctx.state}
+    assert 3 in committed  # the clients ran ahead of the checkpoint
+    resumed_cfg = {**base, "resume-from": str(folder)}
+    grid2 = InProcessGrid(app, 4, resumed_cfg)
+    for node, ctx in grid2.contexts.items():
+        ctx.state = grid.contexts[node].state
+    resumed = run_local(resumed_cfg, grid=grid2)
+
+    assert same_rows(resumed.history, full.history)
+    assert all(torch.equal(a, b) for a, b in zip(tensors(resumed), tensors(full), strict=True))
+    want, got = client_states(full_grid), client_states(grid2)
+    assert any(want.values()) and got.keys() == want.keys()
+    for node in want:
+        assert got[node].keys() == want[node].keys() and all(torch.equal(got[node][k], v)
+                                                             for k, v in want[node].items())
+
+
+def test_resume_after_lost_client_state_says_which_clients_restart(config, tmp_path, monkeypatch, caplog):
+    """A resume whose clients hold no state (a new simulation, wiped sites) goes on, and says in one
+    line which partitions restart their state from scratch."""
+    monkeypatch.setattr("fedapp.results.plot", lambda *a, **kw: None)
+    base = config("scaffold", **{"num-clients": 4, "num-server-rounds": 3, "checkpoint-every": 1,
+                                 "fraction-train": 0.5})
+    with pytest.raises(Crash):
+        run_local(base, grid=MidRoundCrash(app, 4, base, at=3))
+    trained = {pid for pid, r in torch.load(tmp_path / "results" / "r" / "checkpoint.pt",
+                                            weights_only=False)["attrs"]["state_rounds"].items() if r}
+    with caplog.at_level(logging.WARNING):
+        resumed = run_local({**base, "resume-from": str(tmp_path / "results" / "r")})
+    lines = [r.getMessage() for r in caplog.records if "restart it from scratch" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("round 3: partition(s) ")
+    lost = resumed.history[3]["state-lost"]
+    assert set(lost) <= trained and lines[0].startswith(f"round 3: partition(s) {', '.join(map(str, lost))} ")
+    assert [r["round"] for r in resumed.history] == [0, 1, 2, 3]
 
 
 def test_resume_refuses_a_checkpoint_of_other_settings(config, tmp_path, monkeypatch):
