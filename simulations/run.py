@@ -12,11 +12,13 @@ runs every method of the table (``--methods`` picks some) on each ``--column`` (
 cpu setting cut to seconds) into ``results/<paper>/<table>/<column>/<scale>/`` (``--out`` replaces
 ``results/<paper>/<table>``), one run ``<method>-s<seed>`` a method and seed. That folder belongs to
 that column and scale alone, and a run name already there with other settings is refused, so a table
-never reuses another's results; runs already in its ``summary.json`` are kept, a stopped run resumes
-from its checkpoint, so a stopped sweep resumes. It ends by writing, in that folder, the table
-(``table.md``: paper | authors' code | ours, mean +/- sd over the seeds), its plot (``<table>.png``)
-and the paper's claims on these runs (``claims.json``); ``--publish`` also stores the condensed
-summary in ``simulations/<paper>/summaries/`` and rebuilds the page, plots and claims file from them.
+never reuses another's results; runs already in its ``summary.json`` are kept (a run that failed, with
+its reason), a stopped run resumes from its checkpoint (clients whose state lived in the stopped process
+restart theirs, which the log names), so a stopped sweep resumes. It ends by writing,
+in that folder, the table (``table.md``: paper | authors' code | ours, mean +/- sd over the seeds), its
+plot (``<table>.png``) and the paper's claims on these runs (``claims.json``); ``--publish`` also stores
+the condensed summary in ``simulations/<paper>/summaries/`` and rebuilds the page, plots and claims file
+from them.
 ``--jobs N`` runs N runs at once as separate processes (a GPU runs several small models at once).
 
 Any run-config files (the general form):
@@ -251,9 +253,14 @@ def execute(runs: list[tuple[str, str, dict]], out: Path, summarize, jobs: int =
         if (out / name / "checkpoint.pt").exists():  # a stopped run goes on from its last checkpoint
             run_config["resume-from"] = str(out / name)
         t0 = time.time()
-        strategy = run_local(run_config)
-        row = {"run": name, "method": method, "seed": config.get("seed", 0), "seconds": round(time.time() - t0, 1),
-               **summarize(strategy.history, config), "config": settings(config)}
+        row = {"run": name, "method": method, "seed": config.get("seed", 0)}
+        try:
+            strategy = run_local(run_config)
+        except RuntimeError as err:  # a run stopped as failed (no valid reply): its row says why
+            row |= {"seconds": round(time.time() - t0, 1), "value": None, "failed": str(err).splitlines()[0]}
+        else:
+            row |= {"seconds": round(time.time() - t0, 1), **summarize(strategy.history, config)}
+        row["config"] = settings(config)
         print(json.dumps({k: v for k, v in row.items() if k not in ("curve", "config")}), flush=True)
         add_row(summary_file, row)
 
