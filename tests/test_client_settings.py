@@ -67,5 +67,5 @@ def test_a_message_without_a_setting_fails_naming_it(image_config, monkeypatch):
         client.fit({"arrays": model_for(cfg).state_dict()}, config)
 
     monkeypatch.setattr(FedProx, "client_keys", ())  # a server that does not send it
-    with pytest.raises(RuntimeError, match="every client failed.*lacks 'proximal-mu'"):
+    with pytest.raises(RuntimeError, match="no valid training reply in its first round.*lacks 'proximal-mu'"):
         run_local({**image_config, "strategy": "fedprox", "fraction-evaluate": 0.0})

@@ -81,7 +81,7 @@ def test_the_superlink_address_is_the_supernodes(tmp_path):
     """Read from the nearest flower-supernode ancestor's command line, with Flower's defaults
     and the CA path relative to that process's working directory."""
     child = "import subprocess; subprocess.run(['sleep', '60'])"
-    parent = subprocess.Popen([sys.executable, "-c", child, "/opt/bin/flower-supernode", "--superlink",
+    parent = subprocess.Popen([sys.executable, "-c", child, "bin/flower-supernode", "--superlink",
                                "link.example.org:9092", "--root-certificates", "creds/ca.crt",
                                "--node-config", "partition-id=0"], cwd=tmp_path)
     try:

@@ -23,7 +23,8 @@ from fedapp.inprocess import run_local
 #: the setting: MNIST, 10 IID clients, MLP, 10 rounds of 20 local steps, every client every round
 SETTING = {"strategy": "fedavg", "dataset": "mnist", "partition": "iid", "model": "mlp", "num-clients": 10,
            "num-server-rounds": 10, "local-steps": 20, "batch-size": 32, "lr": 0.05, "fraction-train": 1.0,
-           "fraction-evaluate": 0.0, "checkpoint-every": 0, "seed": 0, "num-threads": 1}
+           "fraction-evaluate": 0.0, "checkpoint-every": 0, "seed": 0, "num-threads": 1,
+           "max-empty-rounds": 0}  # a diverged model's NaN replies are dropped: the table records, not stops
 #: robust options, each on its own (the screen off, except in "screen"); clip-norm 1.0 was set before
 #: any run, not tuned
 OPTIONS = {
