@@ -185,7 +185,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Golden numbers from the PeFLL authors' train.py.")
     parser.add_argument("--src", type=Path, default=os.environ.get("PEFLL_SRC"),
                         help="the authors' checkout (default: $PEFLL_SRC)")
-    parser.add_argument("--work", type=Path, help="scratch folder for the copy they run from (default: a temporary one)")
+    parser.add_argument("--work", type=Path, help="scratch folder of the copy they run from (default: a temporary one)")
     args = parser.parse_args()
     if args.src is None or not (args.src / "train.py").is_file():
         raise SystemExit(f"--src: {args.src} is not the authors' checkout (no train.py); give --src or $PEFLL_SRC")
