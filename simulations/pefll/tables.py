@@ -79,7 +79,7 @@ def column(cid: str, cpu: str | None = None) -> Column:
 
 
 # one run-config file per method holds the whole setting, so a method adds nothing on top of it
-SMOKE = {"num-server-rounds": 2, "num-clients": 10, "eval-every": 1, "local-epochs": 1, "pefll.k": 2,
+SMOKE = {"num-server-rounds": 2, "num-clients": 10, "eval-every": 2, "local-epochs": 1, "pefll.k": 2,
          "pfedhn.k": 2, "pfedhn.new-client-rounds": 1, "fedrep.head-epochs": 1, "fedrep.new-head-epochs": 1}
 TABLE1 = Table(
     title="Table 1, test accuracy (%) without label masking, seen and new clients",
