@@ -81,12 +81,15 @@ class Metric:
 @dataclass(frozen=True)
 class Column:
     """One column (or setting) of a table: its run-config file per scale, relative to the paper's folder,
-    and the paper's number per method in the metric's shown units (None: the paper has none)."""
+    and the paper's number per method in the metric's shown units (None: the paper has none);
+    ``paper_more`` / ``paper_more_sd``: the same for the table's other metrics (``Table.more``), by metric."""
 
     label: str
     settings: Mapping[str, str]
     paper: Mapping[str, float | None] = field(default_factory=dict)
     paper_sd: Mapping[str, float] = field(default_factory=dict)
+    paper_more: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
+    paper_more_sd: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -343,20 +346,23 @@ def fmt(value: float | None, sd: float | None = None) -> str:
     return f"{value:.2f}" + (f" ± {sd:.2f}" if sd is not None else "")
 
 
-def markdown(res: Results) -> str:
-    """paper | authors' code (where run) | ours, mean ± sd over the seeds, and the scale it ran at."""
-    metric, column = res.table.metric, res.column
+def markdown(res: Results, more: str | None = None) -> str:
+    """paper | authors' code (where run) | ours, mean ± sd over the seeds, and the scale it ran at; of the
+    table's metric, or of its other metric ``more``."""
+    metric, column = res.table.metric_of(more), res.column
+    paper, paper_sd = ((column.paper, column.paper_sd) if more is None else
+                       (column.paper_more.get(more, {}), column.paper_more_sd.get(more, {})))
     have_authors = bool(res.authors)
     head = ["method", "paper"] + (["authors' code"] if have_authors else []) + [f"ours ({res.scale})"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for m in res.table.methods:
-        vals = [v * metric.show for v in res.values(m).values()]
+        vals = [v * metric.show for v in res.values(m, metric=more).values()]
         ours = fmt(round(statistics.fmean(vals), 2), round(statistics.stdev(vals), 2) if len(vals) > 1 else None) \
             if vals else "-"
-        sd = column.paper_sd.get(m)
-        cells = [m, fmt(column.paper.get(m), sd)]
+        sd = paper_sd.get(m)
+        cells = [m, fmt(paper.get(m), sd)]
         if have_authors:
-            theirs = [v * metric.show for v in res.values(m, res.authors).values()]
+            theirs = [v * metric.show for v in res.values(m, res.authors, more).values()]
             cells.append(fmt(round(statistics.fmean(theirs), 2)) if theirs else "-")
         lines.append("| " + " | ".join(cells + [ours]) + " |")
     seeds = res.seeds(*[m for m in res.table.methods if res.values(m)])
@@ -396,13 +402,16 @@ def plot(res: Results, path: Path) -> None:
     plt.close(fig)
 
 
-MARKER = re.compile(r"<!-- table (\S+) (\S+) (\S+) -->\n.*?<!-- /table -->", re.S)
+# <!-- table TABLE COLUMN SCALE [METRIC] -->: METRIC, one of the table's other metrics (``Table.more``)
+MARKER = re.compile(r"<!-- table (\S+) (\S+) (\S+)( \S+)? -->\n.*?<!-- /table -->", re.S)
 
 
 def page(paper: Paper, text: str) -> str:
-    """The page with every ``<!-- table TABLE COLUMN SCALE -->`` block rebuilt from the summaries."""
+    """The page with every ``<!-- table TABLE COLUMN SCALE [METRIC] -->`` block rebuilt from the summaries."""
     def block(m: re.Match) -> str:
-        return f"<!-- table {m[1]} {m[2]} {m[3]} -->\n{markdown(results(paper, m[1], m[2], m[3]))}\n<!-- /table -->"
+        more = m[4].strip() if m[4] else None
+        return (f"<!-- table {m[1]} {m[2]} {m[3]}{m[4] or ''} -->\n"
+                f"{markdown(results(paper, m[1], m[2], m[3]), more)}\n<!-- /table -->")
     return MARKER.sub(block, text)
 
 

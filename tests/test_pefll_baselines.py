@@ -131,7 +131,7 @@ def test_pefll_settings_files_parse():
     import tomllib
     from pathlib import Path
 
-    settings = sorted(p for p in (Path(__file__).parents[1] / "simulations" / "pefll").iterdir() if p.is_dir())
+    settings = sorted(p.parent for p in (Path(__file__).parents[1] / "simulations" / "pefll").glob("*/pefll.toml"))
     assert len(settings) >= 7
     for setting in settings:
         files = sorted(setting.glob("*.toml"))

@@ -21,8 +21,11 @@ Recorded: the clients each step sampled (their order), every standardised descri
 hypernetwork received, and after each step for each parameter of eta_v (``embednet``) and
 eta_h (``hypernet``) its sum, sum of absolute values and 6 fixed coordinates.
 
-    /work/anchors/venv/bin/python simulations/pefll/authors_golden.py /work/anchors/work/pefll/golden/PeFLL
-(the scratch copy is made from /work/anchors/src/PeFLL when missing). Writes
+    $PEFLL_PY simulations/pefll/authors_golden.py --src <authors' checkout> [--work SCRATCH]
+
+run with the python of the authors' venv (``$PEFLL_PY``; torch and torchvision); ``--src`` (default
+``$PEFLL_SRC``) is their checkout (jonnyascott/PeFLL at 18659a1ae5910ae62cddc832c72cd54841a7111e),
+copied to the scratch folder ``--work`` (default: a temporary one) and run from there. Writes
 tests/data/pefll_authors_golden.json.
 """
 
@@ -95,8 +98,7 @@ class Loader:
 
 
 def main(src: Path) -> None:
-    if not src.exists():
-        shutil.copytree("/work/anchors/src/PeFLL", src)
+    """Run their ``train.train`` from ``src`` (a scratch copy of their checkout) and write the fixture."""
     sys.path.insert(0, str(src))
     import train as T  # the authors' train.py
 
@@ -176,4 +178,18 @@ def main(src: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "/work/anchors/work/pefll/golden/PeFLL"))
+    import argparse
+    import os
+    import tempfile
+
+    parser = argparse.ArgumentParser(description="Golden numbers from the PeFLL authors' train.py.")
+    parser.add_argument("--src", type=Path, default=os.environ.get("PEFLL_SRC"),
+                        help="the authors' checkout (default: $PEFLL_SRC)")
+    parser.add_argument("--work", type=Path, help="scratch folder of the copy they run from (default: a temporary one)")
+    args = parser.parse_args()
+    if args.src is None or not (args.src / "train.py").is_file():
+        raise SystemExit(f"--src: {args.src} is not the authors' checkout (no train.py); give --src or $PEFLL_SRC")
+    work = (args.work or Path(tempfile.mkdtemp(prefix="pefll-golden-"))) / "PeFLL"
+    if not work.exists():
+        shutil.copytree(args.src, work)
+    main(work)

@@ -1,0 +1,231 @@
+"""PeFLL (Scott, Zakerinia, Lampert, ICLR 2024): the tables and claims this folder reproduces.
+
+Table 1 reports, without label masking, the mean test accuracy of the clients seen in training (a)
+and of new clients (b), which never trained and get their model from one descriptor (Algorithm 1).
+A run of fedapp evaluates both from the same models, label-masked and unmasked, so one run fills
+both halves: the table's metric is the seen clients' unmasked accuracy, ``more`` holds the new
+clients' and the masked ones (Table 6's "+ LM"). The ``vs-authors`` table is our PeFLL beside the
+authors' ``train.py`` after the same 100 steps (their runs: ``authors.json``).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from simulations.tables import Claim, Column, Metric, Paper, Results, Table, Verdict, ahead, within
+
+SEEN = Metric("fed-seen-unmasked-accuracy", "seen clients, test accuracy (%), unmasked")
+MORE = {
+    "new": Metric("fed-unseen-unmasked-accuracy", "new clients, test accuracy (%), unmasked"),
+    "seen-masked": Metric("fed-seen-accuracy", "seen clients, test accuracy (%), label-masked"),
+    "new-masked": Metric("fed-unseen-accuracy", "new clients, test accuracy (%), label-masked"),
+}
+METHODS = ("local", "fedavg", "fedrep", "pfedhn", "pefll")
+# Table 1 (a) seen and (b) new clients, % (mean ± sd over 3 seeds), the methods fedapp implements
+PAPER_SEEN = {
+    "cifar10-100c": {"local": (82.2, 0.6), "fedavg": (47.5, 0.5), "fedrep": (84.6, 0.8), "pfedhn": (87.8, 0.5),
+                     "pefll": (89.0, 0.8)},
+    "cifar10-500c": {"local": (70.9, 0.5), "fedavg": (50.4, 0.6), "fedrep": (79.2, 0.6), "pfedhn": (77.4, 1.3),
+                     "pefll": (88.9, 0.4)},
+    "cifar10-1000c": {"local": (65.5, 0.7), "fedavg": (51.9, 0.7), "fedrep": (77.3, 0.3), "pfedhn": (66.0, 1.1),
+                      "pefll": (87.8, 0.4)},
+    "cifar100-100c": {"local": (39.4, 0.2), "fedavg": (16.4, 0.4), "fedrep": (42.7, 0.8), "pfedhn": (53.6, 0.2),
+                      "pefll": (56.0, 0.3)},
+    "cifar100-500c": {"local": (19.7, 0.2), "fedavg": (20.2, 0.1), "fedrep": (35.5, 0.7), "pfedhn": (25.5, 0.3),
+                      "pefll": (43.2, 0.8)},
+    "cifar100-1000c": {"local": (11.3, 0.1), "fedavg": (20.2, 0.2), "fedrep": (30.8, 0.5), "pfedhn": (20.0, 1.2),
+                       "pefll": (40.9, 0.6)},
+    "femnist": {"local": (62.2, 0.1), "fedavg": (82.1, 0.2), "fedrep": (83.6, 0.8), "pfedhn": (83.8, 0.3),
+                "pefll": (90.1, 0.1)},
+}
+PAPER_NEW = {
+    "cifar10-100c": {"local": (81.6, 0.7), "fedavg": (48.6, 0.3), "fedrep": (81.8, 1.0), "pfedhn": (63.3, 3.7),
+                     "pefll": (89.3, 2.2)},
+    "cifar10-500c": {"local": (70.6, 1.8), "fedavg": (49.6, 1.0), "fedrep": (77.4, 1.7), "pfedhn": (60.9, 2.4),
+                     "pefll": (88.9, 0.6)},
+    "cifar10-1000c": {"local": (65.5, 0.5), "fedavg": (51.7, 0.7), "fedrep": (76.0, 0.3), "pfedhn": (57.8, 2.0),
+                      "pefll": (88.5, 0.3)},
+    "cifar100-100c": {"local": (38.7, 0.9), "fedavg": (17.1, 0.9), "fedrep": (38.6, 1.1), "pfedhn": (24.1, 1.2),
+                      "pefll": (35.2, 1.4)},
+    "cifar100-500c": {"local": (19.9, 1.1), "fedavg": (19.3, 2.0), "fedrep": (35.9, 1.5), "pfedhn": (21.5, 1.4),
+                      "pefll": (38.1, 0.4)},
+    "cifar100-1000c": {"local": (11.0, 0.5), "fedavg": (20.5, 1.0), "fedrep": (31.8, 1.6), "pfedhn": (20.8, 1.2),
+                       "pefll": (38.4, 0.9)},
+    "femnist": {"local": (62.1, 0.2), "fedavg": (81.9, 0.4), "fedrep": (82.8, 0.7), "pfedhn": (82.5, 0.1),
+                "pefll": (90.7, 0.2)},
+}
+# Table 6, PeFLL + LM (label masking): seen, new clients, % (mean ± sd); CIFAR only
+PAPER_LM = {"cifar10-100c": ((88.9, 0.7), (88.9, 2.4)), "cifar10-500c": ((88.9, 0.3), (88.2, 0.9)),
+            "cifar10-1000c": ((88.4, 0.4), (87.4, 1.3)), "cifar100-100c": ((59.5, 0.7), (55.6, 1.6)),
+            "cifar100-500c": ((53.2, 0.6), (53.4, 0.1)), "cifar100-1000c": ((51.4, 0.3), (51.1, 0.2))}
+LABELS = {"cifar10-100c": "CIFAR-10, 100 clients (90 seen / 10 new), 2 classes each",
+          "cifar10-500c": "CIFAR-10, 500 clients (450 seen / 50 new), 2 classes each",
+          "cifar10-1000c": "CIFAR-10, 1000 clients (900 seen / 100 new), 2 classes each",
+          "cifar100-100c": "CIFAR-100, 100 clients (90 seen / 10 new), 10 classes each",
+          "cifar100-500c": "CIFAR-100, 500 clients (450 seen / 50 new), 10 classes each",
+          "cifar100-1000c": "CIFAR-100, 1000 clients (900 seen / 100 new), 10 classes each",
+          "femnist": "FEMNIST, 3597 writers (90% seen / 10% new)"}
+
+
+def column(cid: str, cpu: str | None = None) -> Column:
+    """A Table 1 column: the paper's 5000-step files, the cpu setting where the repository has one."""
+    settings = {"paper": f"table1-{cid}/{{method}}.toml"} | ({"cpu": cpu} if cpu else {})
+    more = {"new": PAPER_NEW[cid]} | {
+        name: {"pefll": lm} for name, lm in zip(("seen-masked", "new-masked"), PAPER_LM.get(cid, ()))}
+    return Column(LABELS[cid], settings, paper={m: v for m, (v, _) in PAPER_SEEN[cid].items()},
+                  paper_sd={m: sd for m, (_, sd) in PAPER_SEEN[cid].items()},
+                  paper_more={k: {m: v for m, (v, _) in t.items()} for k, t in more.items()},
+                  paper_more_sd={k: {m: sd for m, (_, sd) in t.items()} for k, t in more.items()})
+
+
+# one run-config file per method holds the whole setting, so a method adds nothing on top of it
+SMOKE = {"num-server-rounds": 2, "num-clients": 10, "eval-every": 2, "local-epochs": 1, "pefll.k": 2,
+         "pfedhn.k": 2, "pfedhn.new-client-rounds": 1, "fedrep.head-epochs": 1, "fedrep.new-head-epochs": 1}
+TABLE1 = Table(
+    title="Table 1, test accuracy (%) without label masking, seen and new clients",
+    metric=SEEN, more=MORE,
+    methods={m: {} for m in METHODS},
+    columns={"cifar10-100c": column("cifar10-100c", cpu="cifar10-100c-authors/{method}.toml"),
+             **{c: column(c) for c in LABELS if c != "cifar10-100c"}},
+    seeds={"paper": [0, 1, 2], "cpu": [0, 1], "smoke": [0]},
+    smoke={**SMOKE, "local-steps": 2},
+    paper_seeds=3,
+)
+
+VS_AUTHORS = Table(
+    title="PeFLL beside the authors' train.py after 100 steps",
+    metric=SEEN, more=MORE,
+    # the authors' configuration (cifar10-100c-authors/pefll.toml) stopped at their run's 100 steps
+    methods={"pefll": {"num-server-rounds": 100}},
+    columns={"cifar10-100c": Column(LABELS["cifar10-100c"] + ", 100 steps",
+                                    {"cpu": "cifar10-100c-authors/{method}.toml"})},
+    seeds={"cpu": list(range(10)), "smoke": [0]},
+    smoke=SMOKE,
+)
+
+
+
+
+# --- the claims' checks --------------------------------------------------------------------------
+
+def seen_and_new(res: Results, method: str) -> tuple[list[int], float | None, float | None]:
+    """The seeds on which ``method`` has seen and new accuracies, and their means there (shown units)."""
+    seeds = sorted(set(res.seeds(method)) & set(res.seeds(method, metric="new")))
+    if not seeds:
+        return [], None, None
+    return seeds, res.shown(res.mean(method, seeds)), res.shown(res.mean(method, seeds, metric="new"), "new")
+
+
+def new_vs_seen(method: str, within: float | None = None, drop: float | None = None):
+    """``method``'s new clients are within ``within`` points of its seen ones, or (``drop``) at least
+    ``drop`` points below them."""
+    def check(res: Results) -> Verdict:
+        seeds, seen, new = seen_and_new(res, method)
+        if not seeds:
+            return Verdict(False, {}, f"no run of {method}")
+        gap = round(new - seen, 2)
+        holds = abs(gap) <= within if within is not None else -gap >= drop
+        asked = f"at most {within} apart" if within is not None else f"new at least {drop} below seen"
+        return Verdict(holds, {"seen": seen, "new": new, "new - seen": gap, "seeds": seeds},
+                       f"new - seen = {gap} points (asked: {asked})")
+    return check
+
+
+def on_seeds(check, *methods: str):
+    """``check`` with the seeds its methods share in its verdict (the claims file's ``seeds`` are those of
+    every method of the table)."""
+    def checked(res: Results) -> Verdict:
+        v = check(res)
+        return Verdict(v.holds, v.ours | {"seeds": res.seeds(*methods)}, v.note)
+    return checked
+
+
+def all_of(**checks):
+    """One claim over several checks (seen and new clients, several baselines): holds if every one does."""
+    def check(res: Results) -> Verdict:
+        verdicts = {name: c(res) for name, c in checks.items()}
+        return Verdict(all(v.holds for v in verdicts.values()), {n: v.ours for n, v in verdicts.items()},
+                       "; ".join(f"{n}: {v.note}" for n, v in verdicts.items()))
+    return check
+
+
+def agrees_with_authors(points: float, *metrics: str | None, same_seeds: bool = False):
+    """Our mean is within ``points`` of the authors' code's on every one of ``metrics`` (None: the table's).
+    Each side averages the seeds on which it has every metric (the two codes draw different splits for
+    one seed, so a seed pairs nothing); ``same_seeds``: only the seeds both sides have."""
+    def check(res: Results) -> Verdict:
+        def seeds(rows: list[dict]) -> set[int]:
+            return set.intersection(*[set(res.values("pefll", rows, m)) for m in metrics])
+        ours_seeds, their_seeds = seeds(res.rows), seeds(res.authors)
+        if same_seeds:
+            ours_seeds = their_seeds = ours_seeds & their_seeds
+        if not ours_seeds or not their_seeds:
+            return Verdict(False, {}, "no seed on which both codes ran" if same_seeds else "no run on one side")
+        out, gaps = {"seeds": sorted(ours_seeds), "authors' seeds": sorted(their_seeds)}, []
+        for m in metrics:
+            ours = res.shown(res.mean("pefll", sorted(ours_seeds), metric=m), m)
+            theirs = res.shown(res.mean("pefll", sorted(their_seeds), authors=True, metric=m), m)
+            gaps.append(round(ours - theirs, 2))
+            out[m or "seen"] = {"ours": ours, "authors": theirs, "gap": gaps[-1]}
+        worst = max(abs(g) for g in gaps)
+        return Verdict(worst <= points, out, f"largest gap {worst} points, {len(ours_seeds)} seeds ours, "
+                                             f"{len(their_seeds)} theirs (asked: at most {points})")
+    return check
+
+
+def authors_runs(*metrics: str | None):
+    """The authors' code's means over every seed it ran with ``metrics`` (the claim's reference)."""
+    def reference(res: Results) -> dict | None:
+        seeds = sorted(set.intersection(*[set(res.values("pefll", res.authors, m)) for m in metrics]))
+        if not seeds:
+            return None
+        return {"means": {m or "seen": res.shown(res.mean("pefll", seeds, authors=True, metric=m), m)
+                          for m in metrics}, "seeds": seeds,
+                "command": "python simulations/pefll/authors_runs.py run --seeds S"
+                           + (" --masked" if "seen-masked" in metrics else "")}
+    return reference
+
+
+UNMASKED, MASKED = (None, "new"), ("seen-masked", "new-masked")
+PAPER = Paper(
+    name="pefll",
+    title="PeFLL",
+    link="https://proceedings.iclr.cc/paper_files/paper/2024/hash/"
+         "8957cfb29ae633d6e8c3615be038d4d6-Abstract-Conference.html",
+    tables={"table1": TABLE1, "vs-authors": VS_AUTHORS},
+    claims=[
+        Claim("seen-over-fedavg", "learning",
+              "PeFLL's seen clients are at least 20 points more accurate than FedAvg's (CIFAR-10, 100 clients, "
+              "2 classes per client, no label masking).",
+              on_seeds(ahead("pefll", "fedavg", by=20), "pefll", "fedavg"), "table1", "cifar10-100c",
+              paper={"pefll": 89.0, "fedavg": 47.5}),
+        Claim("unseen-close-to-seen", "learning",
+              "PeFLL's new clients (never trained on) are within 5 points of its seen clients (no label masking).",
+              new_vs_seen("pefll", within=5), "table1", "cifar10-100c",
+              paper={"seen": 89.0, "new": 89.3}),
+        Claim("pfedhn-unseen-drop", "learning",
+              "pFedHN's new clients (a random embedding fitted for 20 rounds) are at least 10 points less "
+              "accurate than its seen ones.",
+              new_vs_seen("pfedhn", drop=10), "table1", "cifar10-100c",
+              paper={"seen": 87.8, "new": 63.3}),
+        Claim("table1-ordering-fedrep-local", "learning",
+              "PeFLL is more accurate than FedRep and than Local, on seen and on new clients (Table 1, CIFAR-10, "
+              "100 clients, no label masking), at the steps of our runs.",
+              on_seeds(all_of(**{f"{who} {m or 'seen'}": ahead("pefll", who, metric=m)
+                                 for m in UNMASKED for who in ("fedrep", "local")}), "pefll", "fedrep", "local"),
+              "table1", "cifar10-100c",
+              paper={"seen": {"pefll": 89.0, "fedrep": 84.6, "local": 82.2},
+                     "new": {"pefll": 89.3, "fedrep": 81.8, "local": 81.6}}),
+        Claim("matches-authors-code", "learning",
+              "Our PeFLL in the authors' configuration is within 5 points of the authors' train.py after the same "
+              "100 steps, seen and new clients, without label masking (Table 1's evaluation); each side's mean "
+              "over its seeds (each code draws its own split for a seed, from the same recipe).",
+              agrees_with_authors(5, *UNMASKED), "vs-authors", "cifar10-100c", paper={},
+              reference=authors_runs(*UNMASKED)),
+        Claim("matches-authors-code-masked", "learning",
+              "The same with label masking (the authors' code's default evaluation), on the seeds on which "
+              "both codes were evaluated masked.",
+              agrees_with_authors(5, *MASKED, same_seeds=True), "vs-authors", "cifar10-100c", paper={},
+              reference=authors_runs(*MASKED)),
+    ],
+)
