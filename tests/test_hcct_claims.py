@@ -100,7 +100,7 @@ def test_claim_records_quote_the_paper_and_the_authors_code_beside_ours():
     assert record["kind"] == "learning" and record["holds"] and record["seeds"] == [0]
     assert record["paper"] == {"hcct": 29.98, "global": 29.98}
     assert record["reference_code"] == {"means": {"global": 29.16, "hcct": 29.5}, "seeds": [0]}
-    assert record["setting"] == "simulations/hcct/fmnist/{method}.toml"
+    assert record["setting"] == "simulations/hcct/fmnist/"  # one file a method: the folder
     assert {c.id: c.kind for c in PAPER.claims} == {
         "table2-partial-12-best": "learning", "fmnist-close-to-global": "learning",
         "cifar10-close-to-independent": "construction", "matches-authors-code": "code-equality",

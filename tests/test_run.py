@@ -53,20 +53,24 @@ def test_methods_by_seeds_grid_gives_the_rows_of_single_runs(tmp_path, small_con
     b = write(tmp_path / "fedprox.toml", {**base, "strategy": "fedprox", "fedprox.proximal-mu": 0.5})
     out = tmp_path / "out"
     runner.main([a, b, "--seeds", "3", "4", "--set", "local-steps=2 num-clients=2", "--rounds", "1", "--out", str(out),
-                 "--report", "fedals"])
+                 "--report", "fedsmoo"])
     rows = json.loads((out / "summary.json").read_text())
     assert [(r["run"], r["method"], r["seed"]) for r in rows] == [("fedavg-s3", "fedavg", 3), ("fedavg-s4", "fedavg", 4),
                                                               ("fedprox-s3", "fedprox", 3), ("fedprox-s4", "fedprox", 4)]
     alone = run_local({**base, "strategy": "fedprox", "fedprox.proximal-mu": 0.5, "local-steps": 2, "num-clients": 2,
                        "num-server-rounds": 1, "seed": 4, "results-dir": str(tmp_path / "alone"), "run-name": "a"}).history
     evals = [h["central-accuracy"] for h in alone if h["round"] > 0 and "central-accuracy" in h]
-    assert rows[3]["acc-last5"] == sum(evals[-5:]) / len(evals[-5:])
-    assert rows[3]["train-bytes"] == alone[-1]["total-train-bytes-down"] + alone[-1]["total-train-bytes-up"]
+    assert rows[3]["final"] == evals[-1]
+    assert rows[3]["down"] + rows[3]["up"] == alone[-1]["total-train-bytes-down"] + alone[-1]["total-train-bytes-up"]
     for r in rows:
         assert json.loads((out / r["run"] / "rounds.json").read_text())["config"]["seed"] == r["seed"]
-    assert len({r["acc-last5"] for r in rows}) > 1  # seeds and methods differ
-    runner.main([a, b, "--seeds", "3", "4", "--out", str(out), "--report", "fedals"])
+    assert len({r["final"] for r in rows}) > 1  # seeds and methods differ
+    again = [a, b, "--seeds", "3", "4", "--set", "local-steps=2 num-clients=2", "--rounds", "1", "--out", str(out),
+             "--report", "fedsmoo"]
+    runner.main(again)
     assert json.loads((out / "summary.json").read_text()) == rows
+    with pytest.raises(SystemExit, match=r"other settings \(num-server-rounds: 1 there, 2 here\)"):
+        runner.main(again[:5] + ["--rounds", "2"] + again[5:7] + again[9:])
 
 
 def test_methods_sweep_and_tuned_lr_compose_in_order(tmp_path):
