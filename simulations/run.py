@@ -216,12 +216,14 @@ def execute(runs: list[tuple[str, str, dict]], out: Path, summarize, jobs: int =
     from fedapp.config import ConfigError, parse_run_config
 
     summary_file = out / "summary.json"
+    earlier = {r["run"]: r["config"] for r in (json.loads(summary_file.read_text()) if summary_file.exists() else [])
+               if "run" in r and "config" in r}
     for name, _, config in runs:
         try:
             parse_run_config({**config, "results-dir": str(out), "run-name": name})
         except ConfigError as err:
             raise SystemExit(f"run {name}: {err}") from None
-        clash = collision(summary_file, name, config)
+        clash = collision(earlier.get(name), config)
         if clash:
             raise SystemExit(f"run {name}: {out} already holds a run of that name with other settings "
                              f"({clash}); give this one its own --out")
@@ -270,15 +272,13 @@ def settings(config: dict) -> dict:
     return {k: config[k] for k in sorted(config) if k not in ("results-dir", "run-name", "resume-from")}
 
 
-def collision(summary_file: Path, name: str, config: dict) -> str:
-    """The keys in which the row ``name`` already in ``summary_file`` was run differently ('' if none)."""
-    rows = json.loads(summary_file.read_text()) if summary_file.exists() else []
-    for r in rows:
-        if r.get("run") == name and "config" in r:
-            mine, theirs = settings(config), r["config"]
-            keys = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-            return ", ".join(f"{k}: {theirs.get(k)!r} there, {mine.get(k)!r} here" for k in keys[:3])
-    return ""
+def collision(theirs: dict | None, config: dict) -> str:
+    """The keys in which an earlier run of the same name (its settings ``theirs``) differs ('' if none)."""
+    if theirs is None:
+        return ""
+    mine = settings(config)
+    keys = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+    return ", ".join(f"{k}: {theirs.get(k)!r} there, {mine.get(k)!r} here" for k in keys[:3])
 
 
 def table_main(argv: list[str]) -> None:
