@@ -12,6 +12,7 @@ the clients it knows (``clients``, filled here at discovery) and the rows (``his
 from __future__ import annotations
 
 import math
+import secrets
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -128,6 +129,8 @@ class Driver:
         self.traffic: Counter = Counter()  # this round's bytes and parameters, each way
         self.dropped: Counter = Counter()  # this round's dropped replies by reason
         self.sent: dict[int, Payload] = {}  # partition id -> the arrays sent to it in the current exchange
+        #: partition id -> the ``reply-nonce`` of the message it was sent in the current exchange
+        self.nonces: dict[int, int] = {}
         #: id of a message of the last exchange -> its reply's arrays on disk (``reply-memory-mb``),
         #: until parse_replies reads them
         self.spilled: dict[str, SpilledContent] = {}
@@ -186,12 +189,15 @@ class Driver:
     # ---- messages --------------------------------------------------------------------
     def messages(self, contents: Mapping[int, RecordDict], message_type: str) -> list[Message]:
         """One message per partition id; each config names the run and the client state version to
-        start from and to keep (``state-round``, ``state-keep``: fedapp.client_app)."""
+        start from and to keep (``state-round``, ``state-keep``: fedapp.client_app), and carries a
+        fresh random ``reply-nonce`` that the reply must echo (:meth:`parse_replies`)."""
         strategy = self.strategy
+        self.nonces = {pid: secrets.randbits(52) for pid in contents}  # exact as a float metric too
         for pid, c in contents.items():
             if "config" not in c.config_records:
                 c["config"] = ConfigRecord({})
             c["config"]["run-key"] = strategy.run_key
+            c["config"]["reply-nonce"] = self.nonces[pid]
             c["config"]["state-round"] = strategy.state_rounds.get(pid, 0)
             c["config"]["state-keep"] = strategy.kept_state_rounds.get(pid, 0)
         return [Message(c, dst_node_id=self.strategy.clients[pid].node_id, message_type=message_type)
@@ -262,7 +268,9 @@ class Driver:
 
     def parse_replies(self, replies: Iterable[Message], expected: Mapping[int, Spec | None]) -> list[Reply]:
         """Valid replies only: no error, a known partition id answering once, the expected
-        arrays, finite values and scalar metrics. Every multi-phase ``fit_round`` passes its
+        arrays, finite values and scalar metrics, and the ``reply-nonce`` of the message the
+        partition was sent in this exchange (a reply made for another message, such as an earlier
+        round's reply sent again, is dropped as ``replayed``). Every multi-phase ``fit_round`` passes its
         replies through here, so no aggregation ever sees a bad one. A reply's ``num-examples``
         is capped by the split size the client reported at discovery, and replies carrying
         arrays are screened and clipped (:meth:`robust`).
@@ -282,7 +290,7 @@ class Driver:
             spilled = self.spilled.pop(msg.metadata.reply_to_message_id, None)
             content = msg.content if spilled is None else spilled.content(msg.content)  # one reply at a time
             try:
-                reason = self.check_reply(content, pid, expected.get(pid))
+                reason = self.check_reply(content, pid, expected.get(pid)) or self.check_nonce(content, pid)
             except Exception as exc:  # a reply too odd to check (wrong record types, ...) is bad too
                 reason = f"malformed: {type(exc).__name__}: {exc}"
             if reason is None and pid in valid:
@@ -290,7 +298,7 @@ class Driver:
             if reason:
                 self.drop(reason.split(":")[0], pid=pid, detail=reason)
                 continue
-            metrics = {k: float(v) for k, v in msg.content["metrics"].items()}
+            metrics = {k: float(v) for k, v in msg.content["metrics"].items() if k != "reply-nonce"}
             info = self.strategy.clients[pid]
             cap = info.num_train if expected.get(pid) is not None else info.num_test
             if metrics["num-examples"] > cap:
@@ -345,6 +353,18 @@ class Driver:
                     r.payload[name][k] = (base + clip / norm * (v.double() - base)).to(v.dtype)
             kept.append(r)
         return kept
+
+    def check_nonce(self, content: RecordDict, pid: int) -> str | None:
+        """Why the reply does not answer the message ``pid`` was sent in this exchange, or None.
+        Replies to messages this driver did not make (tests build some by hand) are not bound."""
+        if pid not in self.nonces:
+            return None
+        got = content["metrics"].get("reply-nonce")
+        if got is None:
+            return "replayed: the reply carries no reply-nonce"
+        if got != self.nonces[pid]:
+            return "replayed: the reply's reply-nonce is another message's, not this exchange's"
+        return None
 
     @staticmethod
     def check_reply(content: RecordDict, pid: int | None, spec: Spec | None) -> str | None:
