@@ -79,6 +79,11 @@ def flower_grids() -> tuple[type, type]:
     return HttpGrid, InMemoryGrid
 
 
+#: most keys in a reply's metrics (fedapp's clients send a few dozen at most)
+REPLY_METRICS_MAX_KEYS = 256
+#: most bytes of a reply's config and metric records together (Flower's ``count_bytes``)
+REPLY_RECORDS_MAX_BYTES = 64 * 2**10
+
 #: longest wait between two pulls of replies: a simulation's in-memory grid answers a pull from this
 #: process's memory, a deployment's HTTP grid with a request to the SuperLink
 PULL_WAIT = {"memory": 0.02, "http": 0.1}
@@ -268,9 +273,11 @@ class Driver:
 
     def parse_replies(self, replies: Iterable[Message], expected: Mapping[int, Spec | None]) -> list[Reply]:
         """Valid replies only: no error, a known partition id answering once, the expected
-        arrays, finite values and scalar metrics, and the ``reply-nonce`` of the message the
-        partition was sent in this exchange (a reply made for another message, such as an earlier
-        round's reply sent again, is dropped as ``replayed``). Every multi-phase ``fit_round`` passes its
+        arrays, finite values and scalar metrics (config and metric records within
+        ``REPLY_METRICS_MAX_KEYS`` and ``REPLY_RECORDS_MAX_BYTES``, else ``oversized``), and the
+        ``reply-nonce`` of the message the partition was sent in this exchange (a reply made for
+        another message, such as an earlier round's reply sent again, is dropped as ``replayed``).
+        Every multi-phase ``fit_round`` passes its
         replies through here, so no aggregation ever sees a bad one. A reply's ``num-examples``
         is capped by the split size the client reported at discovery, and replies carrying
         arrays are screened and clipped (:meth:`robust`).
@@ -371,9 +378,14 @@ class Driver:
         """Why a reply is invalid (``reason: detail``), or None when it is fine."""
         if pid is None:
             return "unknown-node"
+        small = sum(r.count_bytes() for r in (*content.config_records.values(), *content.metric_records.values()))
+        if small > REPLY_RECORDS_MAX_BYTES:
+            return f"oversized: config and metric records of {small} bytes > {REPLY_RECORDS_MAX_BYTES}"
         metrics = content.metric_records.get("metrics")
         if metrics is None:
             return "wrong-records: no metrics"
+        if len(metrics) > REPLY_METRICS_MAX_KEYS:
+            return f"oversized: {len(metrics)} metrics > {REPLY_METRICS_MAX_KEYS}"
         for k, v in metrics.items():
             if not isinstance(v, (int, float)):
                 return f"wrong-shape: metric {k} is not a scalar"

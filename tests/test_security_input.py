@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 import torch
-from flwr.app import Message, MessageType
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common.constant import SUPERLINK_NODE_ID
+from flwr.supercore.task_identity import TaskIdentity
 
 from fedapp import checkpoint
 from fedapp.client_app import app
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.inprocess import run_local
 from fedapp.server_app import build_strategy
+from strategies.driver import REPLY_METRICS_MAX_KEYS, REPLY_RECORDS_MAX_BYTES, ClientInfo
 from test_reliability import config, image_tree, same_rows, tensors  # noqa: F401
 
 
@@ -87,3 +91,28 @@ def test_replayed_reply_refused(config, monkeypatch):
     up = [k for k in replayed.history[-1] if "-up" in k]  # the replayed reply's bytes did arrive
     assert same_rows(replayed.history, dropped.history, skip=("dropped-reasons", *up))
     assert all(torch.equal(a, b) for a, b in zip(tensors(replayed), tensors(dropped), strict=True))
+
+
+def test_oversized_config_and_metrics_are_dropped(config, monkeypatch):
+    """A reply's config and metric records are bounded (keys, bytes): 100,000 metrics or a config
+    record of 1 MiB are dropped as ``oversized``; the same reply without them is valid."""
+    for name, value in (("_task_id", 1), ("_run_id", 1), ("_node_id", SUPERLINK_NODE_ID)):  # as a ServerApp's
+        monkeypatch.setattr(TaskIdentity, name, value)
+    strategy = build_strategy(parse_run_config(config("fedavg")))
+    strategy.clients = {0: ClientInfo(101, 10, 2, False)}
+    sent = Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=101, message_type=MessageType.TRAIN)
+    spec = {0: {"w": {"w": ((2,), torch.float32)}}}
+
+    def reply(**records):
+        content = RecordDict({"w": ArrayRecord({"w": Array(np.ones(2, np.float32))}), **records})
+        if "metrics" not in records:
+            content["metrics"] = MetricRecord({"partition-id": 0, "num-examples": 5})
+        return Message(content, reply_to=sent)
+
+    many = MetricRecord({"partition-id": 0, "num-examples": 5, **{f"m{i}": 0.0 for i in range(100_000)}})
+    assert REPLY_METRICS_MAX_KEYS < 100_002 and REPLY_RECORDS_MAX_BYTES < 2**20
+    for bad in ({"metrics": many}, {"extra": ConfigRecord({"blob": "x" * 2**20})}):
+        strategy.driver.dropped.clear()
+        assert strategy.driver.parse_replies([reply(**bad)], spec) == []
+        assert dict(strategy.driver.dropped) == {"oversized": 1}
+    assert [r.num_examples for r in strategy.driver.parse_replies([reply()], spec)] == [5]
