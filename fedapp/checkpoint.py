@@ -34,7 +34,7 @@ BASE_ATTRS = ("global_state", "totals", "history", "run_key", "state_rounds")
 #: not what is computed
 FREE_KEYS = frozenset({"num-server-rounds", "resume-from", "run-name", "results-dir", "checkpoint-every",
                        "round-timeout", "node-wait-timeout", "device", "fault-fraction", "fault-kind", "tensorboard",
-                       "keep-client-state", "max-empty-rounds"})
+                       "keep-client-state", "max-empty-rounds", "site-keys"})
 
 
 def attrs_of(strategy) -> list[str]:

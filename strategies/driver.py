@@ -27,7 +27,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
-from fedapp import pickup
+from fedapp import pickup, sites
 from fedapp.config import ConfigError, RunConfig
 from fedapp.records import (Payload, RecordStore, Tensors, array_numpy, content_bytes, make_content, payload_of,
                             to_record)
@@ -131,6 +131,10 @@ class Driver:
     def __init__(self, strategy: FedStrategy):
         self.strategy = strategy
         self.refused: dict[int, int] = {}  # node id -> the partition id it claimed that another node serves
+        #: the ``site-keys`` table (key fingerprint -> site; fedapp.sites), set by the ServerApp in a
+        #: deployment that binds partitions to SuperNode keys; None: the first node to claim a partition serves it
+        self.sites: dict[str, sites.Site] | None = None
+        self.unbound: dict[int, str] = {}  # node id -> why its key may not serve the partition it claims
         self.traffic: Counter = Counter()  # this round's bytes and parameters, each way
         self.dropped: Counter = Counter()  # this round's dropped replies by reason
         self.sent: dict[int, Payload] = {}  # partition id -> the arrays sent to it in the current exchange
@@ -149,15 +153,20 @@ class Driver:
 
     # ---- nodes and sampling ----------------------------------------------------------
     def discover(self, grid: Grid, wait: float = 0.0) -> None:
-        """Ask unknown nodes for their partition id; wait up to ``wait`` s for num-clients."""
+        """Ask unknown nodes for their partition id; wait up to ``wait`` s for num-clients. With a
+        ``site-keys`` table (``sites``) a node serves the partition it claims only if its key is
+        bound to it; other nodes are refused (asked again at the next call: a site may have fixed
+        its partition-id and restarted)."""
         deadline, clients = time.time() + wait, self.strategy.clients
+        unbound: set[int] = set()  # refused for their keys in this call
         while True:
             online = set(grid.get_node_ids())
-            known = {c.node_id for c in clients.values()}
+            known = {c.node_id for c in clients.values()} | unbound
             # a refused node is asked again once the node serving its partition is gone
             known |= {n for n, pid in self.refused.items() if clients[pid].node_id in online}
             new = [n for n in online if n not in known]
             if new:
+                keys = {} if self.sites is None else {n.node_id: n.public_key for n in grid.get_nodes()}
                 msgs = [Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=n,
                                 message_type=MessageType.QUERY) for n in new]
                 for msg in send_and_receive(grid, msgs, self.cfg.round_timeout):
@@ -172,6 +181,13 @@ class Driver:
                             f"'num-clients' = {self.cfg.num_clients}: make them equal (options.num-supernodes "
                             "in $FLWR_HOME/config.toml, or python -m fedapp.launch, which sets it)")
                     pid, node = int(m["partition-id"]), msg.metadata.src_node_id
+                    if self.sites is not None and (why := sites.refusal(self.sites, node, keys.get(node), pid)):
+                        if self.unbound.get(node) != why:
+                            log(WARNING, why)
+                        self.unbound[node] = why
+                        unbound.add(node)
+                        continue
+                    self.unbound.pop(node, None)
                     owner = clients.get(pid)
                     if owner is not None and owner.node_id != node and owner.node_id in online:
                         if self.refused.get(node) != pid:
