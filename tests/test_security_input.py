@@ -1,9 +1,15 @@
-"""Input a run reads from outside: checkpoints given as ``resume-from`` (fedapp/checkpoint.py) and
-client replies, which must belong to the message they answer (strategies/driver.py)."""
+"""Input a run reads from outside: checkpoints given as ``resume-from`` (fedapp/checkpoint.py),
+client replies, which must belong to the message they answer and stay within their size limits
+(strategies/driver.py), and request bodies at the Fleet proxy (scripts/fleet_proxy.py)."""
 
 from __future__ import annotations
 
 import os
+import ssl
+import subprocess
+import sys
+import urllib.error
+import urllib.request
 
 import numpy as np
 import pytest
@@ -18,6 +24,8 @@ from fedapp.config import ConfigError, parse_run_config
 from fedapp.inprocess import run_local
 from fedapp.server_app import build_strategy
 from strategies.driver import REPLY_METRICS_MAX_KEYS, REPLY_RECORDS_MAX_BYTES, ClientInfo
+from test_deployment import ROOT, Federation, free_port
+from test_deployment_proxy import NGINX, wait_listening
 from test_reliability import config, image_tree, same_rows, tensors  # noqa: F401
 
 
@@ -116,3 +124,35 @@ def test_oversized_config_and_metrics_are_dropped(config, monkeypatch):
         assert strategy.driver.parse_replies([reply(**bad)], spec) == []
         assert dict(strategy.driver.dropped) == {"oversized": 1}
     assert [r.num_examples for r in strategy.driver.parse_replies([reply()], spec)] == [5]
+
+
+@pytest.mark.skipif(NGINX is None, reason="nginx is not installed (scripts/setup.sh installs it)")
+def test_proxy_refuses_an_oversized_body_before_forwarding_it(tmp_path):
+    """scripts/fleet_proxy.py answers a Fleet request whose body exceeds --max-body-mb with 413 from
+    its Content-Length; a body of one of Flower's array chunks (5 MiB and its framing) is forwarded
+    (here to a SuperLink that is not running: 502)."""
+    fed = Federation(tmp_path)
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "make_credentials.py"), str(fed.creds)], check=True,
+                   capture_output=True)
+    public = free_port()
+    (tmp_path / "proxy").mkdir()
+    fed.start("proxy", [sys.executable, str(ROOT / "scripts" / "fleet_proxy.py"), "--listen", f"127.0.0.1:{public}",
+                        "--superlink", f"127.0.0.1:{fed.port}", "--creds", str(fed.creds),
+                        "--workdir", str(tmp_path / "proxy")])
+    try:
+        wait_listening(public)
+        tls = ssl.create_default_context(cafile=str(fed.creds / "ca.crt"))
+
+        def status(nbytes: int) -> int:
+            request = urllib.request.Request(f"https://localhost:{public}/v1/fleet/push-object", data=b"\0" * nbytes,
+                                             headers={"Content-Type": "application/protobuf"})
+            try:
+                return urllib.request.urlopen(request, context=tls, timeout=30).status
+            except urllib.error.HTTPError as err:
+                return err.code
+
+        assert status(8 * 2**20 + 1) == 413
+        assert status(5 * 2**20 + 4096) == 502
+        assert "client intended to send too large body" in (tmp_path / "proxy" / "error.log").read_text()
+    finally:
+        fed.stop("proxy")

@@ -16,6 +16,7 @@ from fedapp.client_app import app
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.server_app import build_strategy, run
+from test_deployment import SITES, federation, free_port, rounds, run_config  # noqa: F401
 from test_reliability import config, image_tree  # noqa: F401
 
 
@@ -104,3 +105,31 @@ def test_site_keys_table_is_one_to_one(tmp_path, config):
     with pytest.raises(ConfigError, match="'site-keys' binds partitions to SuperNode keys"):
         run_local(config("fedavg", **{"num-clients": 2, "site-keys": table}))
     assert build_strategy(parse_run_config(config("fedavg"))).driver.sites is None  # without it: as before
+
+
+def test_superlink_reports_the_keys_site_keys_binds(federation, tmp_path):
+    """On loopback with SuperNode authentication (tests/test_deployment.py's federation): site C's
+    registered key, started with site A's partition-id=0, is refused by its key's fingerprint
+    in the ServerApp's log, and sites A and B train every round."""
+    creds = federation.creds
+    table = tmp_path / "site-keys.toml"
+    table.write_text("".join(f'[{site}]\npublic-key-file = "{creds / site}.pub"\npartition-id = {pid}\n\n'
+                             for site, pid in SITES.items()))
+    federation.start("site-c", ["flower-supernode", "--superlink", f"127.0.0.1:{federation.port}",
+                                "--auth-supernode-private-key", str(creds / "site-c"), "--port", str(free_port()),
+                                "--root-certificates", str(creds / "ca.crt"),
+                                "--node-config", "partition-id=0 num-partitions=2"])
+    try:
+        federation.wait_for("site-c", "SuperNode ID:")
+        run_id = federation.submit(run_config({"strategy": "fedavg", "num-server-rounds": 2, "fraction-train": 1.0,
+                                               "site-keys": str(table), "results-dir": str(tmp_path),
+                                               "run-name": "keys"}))
+        results = tmp_path / "keys" / "rounds.json"
+        status = federation.wait_finished(run_id, results, 3)
+    finally:
+        federation.stop("site-c")
+    assert status["status"] == "finished:completed", status
+    assert [r["replies"] for r in rounds(results)[1:]] == [2, 2]
+    key = sites.fingerprint(serialization.load_ssh_public_key((creds / "site-c.pub").read_bytes()))
+    assert f"refused: its key {key} is not in site-keys (it claims partition 0)" in federation.log("superlink")
+    assert "Receiving: train message" not in federation.log("site-c")
