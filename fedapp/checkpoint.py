@@ -6,14 +6,17 @@ generator states and the round number, so a resumed run repeats exactly what the
 uninterrupted run would have done. Client state is not in it: it lives with the clients
 (``context.state`` in a SuperNode, ``state-dir`` on a real site), versioned by round: the
 checkpoint holds which version of each client's state it builds on (``state_rounds``), so a
-resumed run asks every client for exactly that one. It is a ``torch.save`` pickle: load only
-checkpoints you wrote.
+resumed run asks every client for exactly that one. It is a ``torch.save`` file of tensors and
+plain data (dicts, lists, numbers, strings), read back with ``weights_only=True``: a file that would
+build any other object, and so could run code while it is read (a ``resume-from`` file from
+elsewhere), is refused before anything in it is used.
 """
 
 from __future__ import annotations
 
 import io
 import random
+import re
 from logging import WARNING
 from pathlib import Path
 from typing import Any
@@ -31,7 +34,7 @@ BASE_ATTRS = ("global_state", "totals", "history", "run_key", "state_rounds")
 #: not what is computed
 FREE_KEYS = frozenset({"num-server-rounds", "resume-from", "run-name", "results-dir", "checkpoint-every",
                        "round-timeout", "node-wait-timeout", "device", "fault-fraction", "fault-kind", "tensorboard",
-                       "keep-client-state", "max-empty-rounds"})
+                       "keep-client-state", "max-empty-rounds", "site-keys"})
 
 
 def attrs_of(strategy) -> list[str]:
@@ -105,12 +108,20 @@ def load(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"run config 'resume-from' = {str(path)!r}: no checkpoint there")
     try:
-        doc = torch.load(path, map_location="cpu", weights_only=False)
+        doc = torch.load(path, map_location="cpu", weights_only=True)
         if not isinstance(doc, dict) or not {"round", "config", "attrs", "rng"} <= doc.keys():
             raise ValueError("not a fedapp checkpoint")
     except Exception as err:  # truncated, corrupt or foreign: unpickling raises many kinds
+        text = str(err).strip()
+        if code := re.search(r"GLOBAL ([\w.]+)", text):  # torch's weights-only unpickler
+            raise ConfigError(f"run config 'resume-from' = {str(path)!r}: refused, it would call {code[1]} when "
+                              "loaded (a checkpoint holds only tensors and plain data, so this one could run "
+                              "code)") from None
+        # torch's own first line is advice on loading it unsafely; its reason comes later
+        reason = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", text)
         raise ConfigError(f"run config 'resume-from' = {str(path)!r}: cannot read it as a checkpoint "
-                          f"({type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''})") from None
+                          f"({type(err).__name__}: {reason[1] if reason else text.splitlines()[0] if text else ''})"
+                          ) from None
     return doc
 
 

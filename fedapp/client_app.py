@@ -259,7 +259,11 @@ def make_client(cfg: RunConfig, context: Context, state: Payload):
 
 
 def _reply(msg: Message, payload: Payload, metrics: dict, pid: int) -> Message:
-    return Message(make_content(payload, metrics={**metrics, "partition-id": pid}), reply_to=msg)
+    """The reply, with the message's ``reply-nonce``, which binds it to that message (the server drops
+    a reply with another one: strategies/driver.py)."""
+    nonce = _config(msg).get("reply-nonce")
+    bound = {} if nonce is None else {"reply-nonce": nonce}
+    return Message(make_content(payload, metrics={**metrics, "partition-id": pid, **bound}), reply_to=msg)
 
 
 @app.query()

@@ -9,8 +9,8 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 from flwr.superlink.grid import InMemoryGrid
 
-from fedapp import checkpoint, preflight, registry
-from fedapp.config import RunConfig
+from fedapp import checkpoint, preflight, registry, sites
+from fedapp.config import ConfigError, RunConfig
 from fedapp.experiment import dataset, model_for, partitions
 from fedapp.files import DiskFull
 from fedapp.results import ResultsWriter
@@ -43,7 +43,12 @@ def run(grid: Grid, run_config):
     if cfg.central_eval and not len(dataset(cfg).test_y):
         log(WARNING, "dataset %r has no test split: central evaluation is off (central-eval=false)", cfg.dataset)
         cfg = cfg.replace(central_eval=False)
+    if cfg.site_keys and simulated(grid):
+        raise ConfigError("run config 'site-keys' binds partitions to SuperNode keys: a simulation's clients have "
+                          "none; leave it out")
     strategy = build_strategy(cfg)
+    if cfg.site_keys:
+        strategy.driver.sites = sites.load(cfg.site_keys, cfg.num_clients)
     start = checkpoint.resume(strategy, cfg.resume_from) if cfg.resume_from else 1
     if cfg.resume_from:
         log(INFO, "resuming from %s: rounds 1-%d restored, continuing with round %d of %d", cfg.resume_from,

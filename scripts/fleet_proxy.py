@@ -11,6 +11,13 @@ runs nginx in the foreground (stop it with SIGTERM or Ctrl-C) with the configura
 writes to ``workdir/nginx.conf``; ``--print`` only prints that configuration. The proxy
 presents the SuperLink's certificate (``creds/server.pem``), so SuperNodes keep their
 ``--root-certificates ca.crt``, and checks the SuperLink's certificate against ``ca.crt``.
+
+A request body larger than ``--max-body-mb`` (default 8 MiB) is answered 413 from its
+Content-Length, before any of it is forwarded. Flower 1.42 sends a reply up as one request per
+object, and splits every array into chunks of at most 5 MiB (``FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE``,
+5242880 bytes, the default), so a SuperNode's largest request is one chunk whatever the model's
+size; only a config or metric record of more than the limit (fedapp's clients send a few dozen
+numbers) cannot pass.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ http {{
     fastcgi_temp_path {work}/fastcgi;
     uwsgi_temp_path {work}/uwsgi;
     scgi_temp_path {work}/scgi;
-    client_max_body_size 0;          # model updates are large; the SuperLink sets its own limits
+    client_max_body_size {max_body}m;  # one request carries one object: an array chunk is at most 5 MiB
     server {{
         listen {listen} ssl;
         ssl_certificate {creds}/server.pem;
@@ -62,10 +69,10 @@ http {{
 """
 
 
-def config(listen: str, superlink: str, creds: Path, work: Path) -> str:
+def config(listen: str, superlink: str, creds: Path, work: Path, max_body_mb: int = 8) -> str:
     host = superlink.rsplit(":", 1)[0].strip("[]")
     return CONFIG.format(listen=listen, superlink=superlink, creds=creds.resolve(), work=work.resolve(),
-                         upstream_name="localhost" if host in ("127.0.0.1", "::1") else host)
+                         upstream_name="localhost" if host in ("127.0.0.1", "::1") else host, max_body=max_body_mb)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -74,12 +81,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--superlink", required=True, help="the SuperLink's --host:--port, e.g. 127.0.0.1:9093")
     p.add_argument("--creds", required=True, type=Path, help="folder with ca.crt, server.pem, server.key")
     p.add_argument("--workdir", required=True, type=Path, help="nginx's configuration, logs and temporary files")
+    p.add_argument("--max-body-mb", type=int, default=8,
+                   help="largest request body in MiB (default 8: Flower sends arrays in chunks of 5 MiB)")
     p.add_argument("--print", action="store_true", help="print the configuration and exit")
     a = p.parse_args(argv)
+    if a.max_body_mb < 6:  # a chunk and its request's framing must pass
+        sys.exit(f"fleet_proxy: --max-body-mb {a.max_body_mb}: must be at least 6 (Flower's 5 MiB array chunks)")
     for name in ("ca.crt", "server.pem", "server.key"):
         if not (a.creds / name).is_file():
             sys.exit(f"fleet_proxy: --creds {a.creds}: no {name} there (scripts/make_credentials.py makes them)")
-    text = config(a.listen, a.superlink, a.creds, a.workdir)
+    text = config(a.listen, a.superlink, a.creds, a.workdir, a.max_body_mb)
     if a.print:
         print(text, end="")
         return

@@ -12,6 +12,7 @@ the clients it knows (``clients``, filled here at discovery) and the rows (``his
 from __future__ import annotations
 
 import math
+import secrets
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -26,7 +27,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
-from fedapp import pickup
+from fedapp import pickup, sites
 from fedapp.config import ConfigError, RunConfig
 from fedapp.records import (Payload, RecordStore, Tensors, array_numpy, content_bytes, make_content, payload_of,
                             to_record)
@@ -78,6 +79,11 @@ def flower_grids() -> tuple[type, type]:
     return HttpGrid, InMemoryGrid
 
 
+#: most keys in a reply's metrics (fedapp's clients send a few dozen at most)
+REPLY_METRICS_MAX_KEYS = 256
+#: most bytes of a reply's config and metric records together (Flower's ``count_bytes``)
+REPLY_RECORDS_MAX_BYTES = 64 * 2**10
+
 #: longest wait between two pulls of replies: a simulation's in-memory grid answers a pull from this
 #: process's memory, a deployment's HTTP grid with a request to the SuperLink
 PULL_WAIT = {"memory": 0.02, "http": 0.1}
@@ -125,9 +131,15 @@ class Driver:
     def __init__(self, strategy: FedStrategy):
         self.strategy = strategy
         self.refused: dict[int, int] = {}  # node id -> the partition id it claimed that another node serves
+        #: the ``site-keys`` table (key fingerprint -> site; fedapp.sites), set by the ServerApp in a
+        #: deployment that binds partitions to SuperNode keys; None: the first node to claim a partition serves it
+        self.sites: dict[str, sites.Site] | None = None
+        self.unbound: dict[int, str] = {}  # node id -> why its key may not serve the partition it claims
         self.traffic: Counter = Counter()  # this round's bytes and parameters, each way
         self.dropped: Counter = Counter()  # this round's dropped replies by reason
         self.sent: dict[int, Payload] = {}  # partition id -> the arrays sent to it in the current exchange
+        #: partition id -> the ``reply-nonce`` of the message it was sent in the current exchange
+        self.nonces: dict[int, int] = {}
         #: id of a message of the last exchange -> its reply's arrays on disk (``reply-memory-mb``),
         #: until parse_replies reads them
         self.spilled: dict[str, SpilledContent] = {}
@@ -141,15 +153,20 @@ class Driver:
 
     # ---- nodes and sampling ----------------------------------------------------------
     def discover(self, grid: Grid, wait: float = 0.0) -> None:
-        """Ask unknown nodes for their partition id; wait up to ``wait`` s for num-clients."""
+        """Ask unknown nodes for their partition id; wait up to ``wait`` s for num-clients. With a
+        ``site-keys`` table (``sites``) a node serves the partition it claims only if its key is
+        bound to it; other nodes are refused (asked again at the next call: a site may have fixed
+        its partition-id and restarted)."""
         deadline, clients = time.time() + wait, self.strategy.clients
+        unbound: set[int] = set()  # refused for their keys in this call
         while True:
             online = set(grid.get_node_ids())
-            known = {c.node_id for c in clients.values()}
+            known = {c.node_id for c in clients.values()} | unbound
             # a refused node is asked again once the node serving its partition is gone
             known |= {n for n, pid in self.refused.items() if clients[pid].node_id in online}
             new = [n for n in online if n not in known]
             if new:
+                keys = {} if self.sites is None else {n.node_id: n.public_key for n in grid.get_nodes()}
                 msgs = [Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=n,
                                 message_type=MessageType.QUERY) for n in new]
                 for msg in send_and_receive(grid, msgs, self.cfg.round_timeout):
@@ -164,6 +181,13 @@ class Driver:
                             f"'num-clients' = {self.cfg.num_clients}: make them equal (options.num-supernodes "
                             "in $FLWR_HOME/config.toml, or python -m fedapp.launch, which sets it)")
                     pid, node = int(m["partition-id"]), msg.metadata.src_node_id
+                    if self.sites is not None and (why := sites.refusal(self.sites, node, keys.get(node), pid)):
+                        if self.unbound.get(node) != why:
+                            log(WARNING, why)
+                        self.unbound[node] = why
+                        unbound.add(node)
+                        continue
+                    self.unbound.pop(node, None)
                     owner = clients.get(pid)
                     if owner is not None and owner.node_id != node and owner.node_id in online:
                         if self.refused.get(node) != pid:
@@ -186,12 +210,15 @@ class Driver:
     # ---- messages --------------------------------------------------------------------
     def messages(self, contents: Mapping[int, RecordDict], message_type: str) -> list[Message]:
         """One message per partition id; each config names the run and the client state version to
-        start from and to keep (``state-round``, ``state-keep``: fedapp.client_app)."""
+        start from and to keep (``state-round``, ``state-keep``: fedapp.client_app), and carries a
+        fresh random ``reply-nonce`` that the reply must echo (:meth:`parse_replies`)."""
         strategy = self.strategy
+        self.nonces = {pid: secrets.randbits(52) for pid in contents}  # exact as a float metric too
         for pid, c in contents.items():
             if "config" not in c.config_records:
                 c["config"] = ConfigRecord({})
             c["config"]["run-key"] = strategy.run_key
+            c["config"]["reply-nonce"] = self.nonces[pid]
             c["config"]["state-round"] = strategy.state_rounds.get(pid, 0)
             c["config"]["state-keep"] = strategy.kept_state_rounds.get(pid, 0)
         return [Message(c, dst_node_id=self.strategy.clients[pid].node_id, message_type=message_type)
@@ -262,7 +289,11 @@ class Driver:
 
     def parse_replies(self, replies: Iterable[Message], expected: Mapping[int, Spec | None]) -> list[Reply]:
         """Valid replies only: no error, a known partition id answering once, the expected
-        arrays, finite values and scalar metrics. Every multi-phase ``fit_round`` passes its
+        arrays, finite values and scalar metrics (config and metric records within
+        ``REPLY_METRICS_MAX_KEYS`` and ``REPLY_RECORDS_MAX_BYTES``, else ``oversized``), and the
+        ``reply-nonce`` of the message the partition was sent in this exchange (a reply made for
+        another message, such as an earlier round's reply sent again, is dropped as ``replayed``).
+        Every multi-phase ``fit_round`` passes its
         replies through here, so no aggregation ever sees a bad one. A reply's ``num-examples``
         is capped by the split size the client reported at discovery, and replies carrying
         arrays are screened and clipped (:meth:`robust`).
@@ -282,7 +313,7 @@ class Driver:
             spilled = self.spilled.pop(msg.metadata.reply_to_message_id, None)
             content = msg.content if spilled is None else spilled.content(msg.content)  # one reply at a time
             try:
-                reason = self.check_reply(content, pid, expected.get(pid))
+                reason = self.check_reply(content, pid, expected.get(pid)) or self.check_nonce(content, pid)
             except Exception as exc:  # a reply too odd to check (wrong record types, ...) is bad too
                 reason = f"malformed: {type(exc).__name__}: {exc}"
             if reason is None and pid in valid:
@@ -290,7 +321,7 @@ class Driver:
             if reason:
                 self.drop(reason.split(":")[0], pid=pid, detail=reason)
                 continue
-            metrics = {k: float(v) for k, v in msg.content["metrics"].items()}
+            metrics = {k: float(v) for k, v in msg.content["metrics"].items() if k != "reply-nonce"}
             info = self.strategy.clients[pid]
             cap = info.num_train if expected.get(pid) is not None else info.num_test
             if metrics["num-examples"] > cap:
@@ -346,14 +377,31 @@ class Driver:
             kept.append(r)
         return kept
 
+    def check_nonce(self, content: RecordDict, pid: int) -> str | None:
+        """Why the reply does not answer the message ``pid`` was sent in this exchange, or None.
+        Replies to messages this driver did not make (tests build some by hand) are not bound."""
+        if pid not in self.nonces:
+            return None
+        got = content["metrics"].get("reply-nonce")
+        if got is None:
+            return "replayed: the reply carries no reply-nonce"
+        if got != self.nonces[pid]:
+            return "replayed: the reply's reply-nonce is another message's, not this exchange's"
+        return None
+
     @staticmethod
     def check_reply(content: RecordDict, pid: int | None, spec: Spec | None) -> str | None:
         """Why a reply is invalid (``reason: detail``), or None when it is fine."""
         if pid is None:
             return "unknown-node"
+        small = sum(r.count_bytes() for r in (*content.config_records.values(), *content.metric_records.values()))
+        if small > REPLY_RECORDS_MAX_BYTES:
+            return f"oversized: config and metric records of {small} bytes > {REPLY_RECORDS_MAX_BYTES}"
         metrics = content.metric_records.get("metrics")
         if metrics is None:
             return "wrong-records: no metrics"
+        if len(metrics) > REPLY_METRICS_MAX_KEYS:
+            return f"oversized: {len(metrics)} metrics > {REPLY_METRICS_MAX_KEYS}"
         for k, v in metrics.items():
             if not isinstance(v, (int, float)):
                 return f"wrong-shape: metric {k} is not a scalar"
