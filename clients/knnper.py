@@ -80,14 +80,14 @@ class KNNPerClient(FedClient):
     def choose(self, logits, feats, y, seed: int) -> tuple[int, float]:
         """(k, lambda) of the highest cross-validated accuracy on the training split (ties: the first)."""
         folds = min(int(self.setting("folds")), len(y))
-        fold = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed)) % folds
+        fold = (torch.randperm(len(y), generator=torch.Generator().manual_seed(seed)) % folds).to(y.device)
         correct = torch.zeros(len(K_GRID), len(WEIGHT_GRID))
         for f in range(folds):
             q, s = fold == f, fold != f
             for a, k in enumerate(K_GRID):
                 for b, w in enumerate(WEIGHT_GRID):
                     p = self.mixture(logits[q], feats[q], feats[s], y[s], k, w)
-                    correct[a, b] += (p.argmax(1) == y[q].to(p.device)).sum()
+                    correct[a, b] += (p.argmax(1) == y[q]).sum().item()
         a, b = divmod(int(correct.flatten().argmax()), len(WEIGHT_GRID))
         return K_GRID[a], WEIGHT_GRID[b]
 

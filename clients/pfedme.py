@@ -48,7 +48,7 @@ class PFedMeClient(FedClient):
         self.state["personal"] = self.model_tensors()
 
     def reply(self, payload: Payload, config: dict) -> Payload:
-        return {"arrays": {**self.model_tensors(), **self.local}}
+        return {"arrays": {**self.model_tensors(), **{k: v.cpu() for k, v in self.local.items()}}}
 
     def evaluate(self, payload: Payload, config: dict) -> tuple[Payload, dict[str, float]]:
         self.config = config
