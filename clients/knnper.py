@@ -82,12 +82,14 @@ class KNNPerClient(FedClient):
         folds = min(int(self.setting("folds")), len(y))
         fold = (torch.randperm(len(y), generator=torch.Generator().manual_seed(seed)) % folds).to(y.device)
         correct = torch.zeros(len(K_GRID), len(WEIGHT_GRID))
+        scale = float(self.setting("scale"))
         for f in range(folds):
             q, s = fold == f, fold != f
+            model = logits[q].softmax(1)
             for a, k in enumerate(K_GRID):
-                for b, w in enumerate(WEIGHT_GRID):
-                    p = self.mixture(logits[q], feats[q], feats[s], y[s], k, w)
-                    correct[a, b] += (p.argmax(1) == y[q]).sum().item()
+                knn = knn_probabilities(feats[q], feats[s], y[s], k, scale, logits.shape[1])
+                for b, w in enumerate(WEIGHT_GRID):  # the mixture of ``mixture``, its parts computed once
+                    correct[a, b] += ((w * knn + (1 - w) * model).argmax(1) == y[q]).sum().item()
         a, b = divmod(int(correct.flatten().argmax()), len(WEIGHT_GRID))
         return K_GRID[a], WEIGHT_GRID[b]
 
