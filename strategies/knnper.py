@@ -16,7 +16,8 @@ class KNNPer(FedStrategy):
     data, and p_kNN weighs the k nearest neighbours j by exp(-||phi_w(x) - phi_w(x_j)||^2 / (D sigma)),
     D the feature size. PeFLL's appendix: sigma (``scale``) = 100 from {0.1, 1, 10, 100}; k in {5, 10}
     and lambda_m in {0, 0.1, ..., 1} chosen on each client by cross-validation. A new client needs
-    no training: one pass of its data through w builds its datastore.
+    no training: one pass of its data through w builds its datastore. FL-bench (06e658b) mixes p_kNN with
+    the model's logits, not its probabilities, and caps the datastore (``test_matches_fl_bench``).
     """
 
     config_prefix = "knnper"

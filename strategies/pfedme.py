@@ -15,7 +15,8 @@ class PFedMe(FedStrategy):
     w_{t+1} = (1 - beta) w_t + beta sum_{i in S_t} n_i w_{i,R} / sum_{i in S_t} n_i (weighted by n_i as
     FL-bench; the paper: 1/S). PeFLL's appendix: lambda = 15, K = 3, beta = 1. A client evaluates its
     personal model theta; a new client starts theta at w_T and fine-tunes it for ``new-epochs`` epochs
-    (PeFLL's appendix: 20) on the pFedMe loss.
+    (PeFLL's appendix: 20) on the pFedMe loss. FL-bench (06e658b) evaluates instead the personal model its
+    server sent, which it never updates (the initial model; ``test_matches_fl_bench``).
     """
 
     config_prefix = "pfedme"
