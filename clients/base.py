@@ -141,17 +141,24 @@ class FedClient:
         self.save_optimizer(opt)
         return {"train-loss": total.item() / max(steps, 1)}
 
+    def round_seed(self, config: dict) -> int:
+        """The seed of this client's batches in the message's round (run seed, round, partition id)."""
+        return (self.cfg.seed * 1_000_003 + int(config["server-round"])) * 10_007 + self.data.pid
+
+    def epoch_steps(self, epochs: int) -> int:
+        """``epochs`` full passes over the training split in batches (the last one partial)."""
+        return epochs * max(1, -(-len(self.data.train_y) // self.setting("batch-size")))
+
     def local_steps(self) -> int:
         """local-steps, or local-epochs worth of full batches (at least one)."""
-        batches = max(1, -(-len(self.data.train_y) // self.setting("batch-size")))
-        return int(self.setting("local-steps")) or batches * self.setting("local-epochs")
+        return int(self.setting("local-steps")) or self.epoch_steps(self.setting("local-epochs"))
 
     def fit(self, payload: Payload, config: dict) -> tuple[Payload, dict[str, float]]:
         """One round of local training. ``config`` carries ``server-round``, ``lr`` and the settings."""
         self.config = config
         self.receive(payload, config)
         steps = self.local_steps()
-        seed = (self.cfg.seed * 1_000_003 + int(config["server-round"])) * 10_007 + self.data.pid
+        seed = self.round_seed(config)
         self.steps = steps
         metrics = self.train(steps, float(config["lr"]), seed)
         self.end_fit(payload, config)

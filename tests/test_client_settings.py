@@ -25,7 +25,9 @@ SERVER_ONLY = {
     "fedsmoo.simulator-perturbation": True, "maxfl.margin": 0.5, "hcct.head-start": "group",
     "fedals.body-layers": 1, "fedals.nesterov": True, "fedals.scaffold-variant": "authors-copy",
     "fedrep.head-steps": 2, "pefll.k": 2, "pefll.momentum": 0.5, "pefll.clip": 0.5, "pfedhn.k": 2,
-    "pfedhn.embed-dim": 3, "pfedhn.momentum": 0.5, "pfedhn.new-client-rounds": 1,
+    "pfedhn.embed-dim": 3, "pfedhn.momentum": 0.5, "pfedhn.new-client-rounds": 1, "perfedavg.beta": 0.02,
+    "perfedavg.finetune-epochs": 2, "pfedme.lambda": 5.0, "pfedme.k": 2, "pfedme.personal-lr": 0.02, "pfedme.mu": 0.0,
+    "pfedme.new-epochs": 1, "knnper.scale": 10.0, "knnper.folds": 3,
 }
 TIMINGS = {"train-seconds", "round-seconds", "wall-time"}
 

@@ -1,19 +1,33 @@
-"""PeFLL's Table 1 baselines: Local, FedRep and pFedHN, checked by hand on tiny image data."""
+"""PeFLL's Table 1 baselines: Local, FedRep, pFedHN, Per-FedAvg, pFedMe and kNN-Per, checked by hand
+on tiny image data and against FL-bench, on whose code PeFLL built the last three."""
+
+import json
+from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
+import torch.nn.functional as F
 
 from clients.fedavg import FedAvgClient
 from clients.fedrep import FedRepClient
+from clients.knnper import KNNPerClient, knn_probabilities
 from clients.pefll import PeFLLClient
+from clients.perfedavg import PerFedAvgClient
+from clients.pfedme import PFedMeClient
 from fedapp.config import parse_run_config
 from fedapp.data import pfedhn_partitions
 from fedapp.experiment import ClientData, client_data, dataset, model_for
 from fedapp.models import body_head_keys
+from simulations.pefll.flbench_golden import SHAPES, batches, client_tensors, init_value
 from strategies.base import weighted_mean
+from strategies.driver import Reply
 from strategies.fedrep import FedRep
+from strategies.knnper import KNNPer
 from strategies.local import Local
+from strategies.perfedavg import PerFedAvg
 from strategies.pfedhn import PFedHN
+from strategies.pfedme import PFedMe
 from tests.test_pefll import image_config, run_recorded  # noqa: F401  (fixture)
 
 
@@ -135,10 +149,198 @@ def test_pefll_settings_files_parse():
     assert len(settings) >= 7
     for setting in settings:
         files = sorted(setting.glob("*.toml"))
-        assert {f.stem for f in files} == {"pefll", "fedavg", "local", "fedrep", "pfedhn"}, setting.name
+        assert {"pefll", "fedavg", "local", "fedrep", "pfedhn", "perfedavg", "pfedme", "knnper"} <= {
+            f.stem for f in files}, setting.name
         for f in files:
             keys = tomllib.loads(f.read_text())
             assert parse_run_config(keys).strategy == f.stem, f
             if setting.name.startswith("table1-cifar") and f.stem != "local":  # 5% of all clients per step,
                 n = keys["num-clients"]                                          # drawn from the 90% seen
                 assert round(keys["fraction-train"] * round(0.9 * n)) == n // 20, f
+
+
+# ---- Per-FedAvg, pFedMe and kNN-Per against FL-bench ---------------------------------------------
+FLB = json.loads((Path(__file__).parent / "data" / "flbench_golden.json").read_text())
+
+
+class TinyNet(torch.nn.Module):
+    """simulations/pefll/flbench_golden.py's network: its body ends in the ReLU, so the classifier's
+    input (our kNN features) is FL-bench's ``get_last_features``."""
+
+    head = "classifier"
+
+    def __init__(self):
+        super().__init__()
+        self.base = torch.nn.Sequential(torch.nn.Linear(12, 8), torch.nn.ReLU())
+        self.classifier = torch.nn.Linear(8, 3)
+        self.load_state_dict({k: torch.from_numpy(init_value(k)) for k in SHAPES})
+
+    def forward(self, x):
+        return self.classifier(self.base(x))
+
+
+def golden_tensors(params):
+    return {k: torch.tensor(v, dtype=torch.float32) for k, v in params.items()}
+
+
+def assert_params(got, want):
+    for k, v in golden_tensors(want).items():
+        torch.testing.assert_close(got[k], v, rtol=1e-5, atol=1e-6)
+
+
+def golden_client(name, cls, strategy_cls, pid, state=None):
+    """Client ``pid`` of the golden setting with its recorded batches in their order, and its message
+    config (one epoch, lr 0.05, momentum 0.9 and each method's settings as there)."""
+    s = FLB["setting"]
+    cfg = parse_run_config({"strategy": name, "batch-size": 4, "lr": s["lr"], "momentum": s["momentum"],
+                            "perfedavg.beta": s["perfedavg_beta"], "pfedme.lambda": s["pfedme_lambda"],
+                            "pfedme.k": s["pfedme_k"], "pfedme.personal-lr": s["pfedme_personal_lr"],
+                            "pfedme.mu": s["pfedme_mu"], "pfedme.beta": s["pfedme_beta"],
+                            "knnper.scale": s["knn_scale"]})
+    d = {k: torch.from_numpy(v) for k, v in client_tensors(pid).items()}
+    client = cls(cfg, TinyNet(), ClientData(pid, d["train_x"], d["train_y"], d["test_x"], d["test_y"], 3, (), (),
+                                            False), state)
+
+    class Replay:  # FL-bench's loader: the recorded batches, epoch after epoch
+        def __init__(self, seed):
+            self.queue = []
+
+        def next_batch(self):
+            self.queue = self.queue or list(batches(pid))
+            b = torch.tensor(self.queue.pop(0))
+            return d["train_x"][b], d["train_y"][b]
+
+    client.loader = Replay
+    config = {**strategy_cls.client_settings(cfg), "server-round": 1, "lr": s["lr"]}
+    return cfg, client, config
+
+
+def initial():
+    return TinyNet().state_dict()
+
+
+@pytest.mark.parametrize("name", ["perfedavg", "pfedme", "knnper"])
+def test_matches_fl_bench(name):
+    """Our clients and aggregation against FL-bench's on simulations/pefll/flbench_golden.py's setting
+    (tests/data/flbench_golden.json), float tolerance; each documented difference asserted."""
+    if name == "perfedavg":  # first-order steps of one epoch, unweighted mean, one epoch of fine-tuning
+        g = FLB["perfedavg"]
+        replies = []
+        for pid in range(2):
+            cfg, c, config = golden_client(name, PerFedAvgClient, PerFedAvg, pid)
+            out, m = c.fit({"arrays": initial()}, config)
+            assert_params(out["arrays"], g["fitted"][pid])
+            replies.append(Reply(pid, out, m))
+        assert g["weights"] == [1, 1] and [r.num_examples for r in replies] == [20, 16]
+        strategy = PerFedAvg(cfg, TinyNet())
+        strategy.aggregate(1, replies)
+        assert_params(strategy.global_state, g["global"])
+        cfg, c, config = golden_client(name, PerFedAvgClient, PerFedAvg, 0)
+        c.evaluate({"arrays": golden_tensors(g["global"])}, {**strategy.eval_config(0, 1), "server-round": 1})
+        assert_params(c.model.state_dict(), g["finetuned"])
+    elif name == "pfedme":  # w replied, theta kept; the server's beta-mix of the n_i-weighted mean
+        g = FLB["pfedme"]
+        replies = []
+        for pid in range(2):
+            cfg, c, config = golden_client(name, PFedMeClient, PFedMe, pid)
+            out, m = c.fit({"arrays": initial()}, config)
+            assert_params(out["arrays"], g["local"][pid])
+            assert_params(c.state["personal"], g["personal"][pid])
+            replies.append(Reply(pid, out, m))
+            # documented difference: FL-bench's client returns the personal model the server sent it (its
+            # server never stores theta), so it evaluates the initial model; ours evaluates theta
+            assert_params(initial(), g["returned-personal"][pid])
+        assert [r.num_examples for r in replies] == g["weights"]
+        strategy = PFedMe(cfg, TinyNet())
+        strategy.aggregate(1, replies)
+        assert_params(strategy.global_state, g["global"])
+    else:  # the kNN probabilities; documented difference: FL-bench mixes them with logits, we with probabilities
+        g, s = FLB["knnper"], FLB["setting"]
+        cfg, c, config = golden_client(name, KNNPerClient, KNNPer, 0)
+        c.config = config
+        _, train_feats = c.train_features()
+        logits, feats = c.features(c.data.test_x)
+        knn = knn_probabilities(feats, train_feats, c.data.train_y, s["knn_k"], s["knn_scale"], 3)
+        torch.testing.assert_close(knn, torch.tensor(g["knn-probabilities"], dtype=torch.float32), rtol=1e-5, atol=1e-6)
+        theirs = s["knn_weight"] * knn + (1 - s["knn_weight"]) * logits
+        y = c.data.test_y
+        assert F.cross_entropy(theirs, y).item() == pytest.approx(g["loss"], rel=1e-5)
+        assert 100 * (theirs.argmax(1) == y).float().mean().item() == pytest.approx(g["accuracy"])
+        ours = c.mixture(logits, feats, train_feats, c.data.train_y, s["knn_k"], s["knn_weight"])
+        torch.testing.assert_close(ours, s["knn_weight"] * knn + (1 - s["knn_weight"]) * logits.softmax(1))
+        torch.testing.assert_close(ours.sum(1), torch.ones(len(y)))
+
+
+def test_perfedavg_fine_tunes_every_client_and_averages_unweighted(image_config):  # noqa: F811
+    run_config = {**image_config, "strategy": "perfedavg", "fraction-train": 1.0, "local-steps": 4,
+                  "perfedavg.beta": 0.02, "fraction-evaluate": 1.0}
+    strategy, grid = run_recorded(run_config)
+    cfg = parse_run_config(run_config)
+    seen = [p for p in range(6) if p not in strategy.unseen]
+    replies = []
+    for pid in seen:  # 4 batches: 2 first-order iterations from the initial model
+        c = PerFedAvgClient(cfg, model_for(cfg), client_data(cfg, pid))
+        out, m = c.fit({"arrays": model_for(cfg).state_dict()},
+                       {**PerFedAvg.client_settings(cfg), "server-round": 1, "lr": cfg.lr})
+        replies.append(out["arrays"])
+    for k, v in weighted_mean(replies, [1.0] * len(seen)).items():  # every client counts once
+        torch.testing.assert_close(strategy.global_state[k], v)
+    # evaluation: the global model fine-tuned one epoch on the client's data, seen or new, nothing kept
+    c = PerFedAvgClient(cfg, model_for(cfg), client_data(cfg, min(strategy.unseen)))
+    config = {**strategy.eval_config(0, 1), "server-round": 1}
+    _, metrics = c.evaluate({"arrays": strategy.global_state}, config)
+    assert not torch.equal(c.model.state_dict()["fc.weight"], strategy.global_state["fc.weight"])
+    assert c.state == {} and all("state.model" not in ctx.state.array_records for ctx in grid.contexts.values())
+    assert 0 <= metrics["accuracy"] <= 1
+
+
+def test_pfedme_keeps_theta_mixes_w_and_fits_new_clients(image_config):  # noqa: F811
+    run_config = {**image_config, "strategy": "pfedme", "fraction-train": 1.0, "local-steps": 2, "pfedme.k": 2,
+                  "pfedme.beta": 0.5, "pfedme.new-epochs": 1, "fraction-evaluate": 1.0}
+    strategy, grid = run_recorded(run_config)
+    cfg = parse_run_config(run_config)
+    init = model_for(cfg).state_dict()
+    seen = [p for p in range(6) if p not in strategy.unseen]
+    ws, ns = [], []
+    for pid in seen:
+        c = PFedMeClient(cfg, model_for(cfg), client_data(cfg, pid))
+        out, m = c.fit({"arrays": init}, {**PFedMe.client_settings(cfg), "server-round": 1, "lr": cfg.lr})
+        ws.append(out["arrays"])
+        ns.append(m["num-examples"])
+        kept = grid.contexts[101 + pid].state["state.personal"]
+        for k, v in c.state["personal"].items():  # theta stays on the client, w goes to the server
+            torch.testing.assert_close(torch.from_numpy(kept[k].numpy()), v)
+        assert not torch.equal(c.state["personal"]["fc.weight"], out["arrays"]["fc.weight"])
+    for k, v in weighted_mean(ws, ns).items():  # w_{t+1} = (1 - beta) w_t + beta * mean
+        torch.testing.assert_close(strategy.global_state[k], 0.5 * init[k] + 0.5 * v)
+    assert all("state.personal" not in grid.contexts[101 + p].state.array_records for p in strategy.unseen)
+    pid = min(strategy.unseen)  # a new client fits theta at evaluation: not the global model's accuracy
+    c = PFedMeClient(cfg, model_for(cfg), client_data(cfg, pid))
+    c.evaluate({"arrays": strategy.global_state}, {**strategy.eval_config(pid, 1), "server-round": 1})
+    assert not torch.equal(c.model.state_dict()["fc.weight"], strategy.global_state["fc.weight"])
+
+
+def test_knnper_cross_validation_picks_what_predicts():
+    """Separable features and a clueless model (uniform): the smallest weight that lets the kNN decide,
+    0.1 at k = 5; random features and a model that knows the labels: weight 0."""
+    cfg = parse_run_config({"strategy": "knnper", "knnper.folds": 4})
+    data = ClientData(0, torch.zeros(40, 60), torch.arange(40) % 2, torch.zeros(2, 60), torch.zeros(2, dtype=torch.long),
+                      2, (), (), False)
+    c = KNNPerClient(cfg, model_for(cfg, data), data)
+    c.config = KNNPer.client_settings(cfg)
+    y = data.train_y
+    separable = torch.nn.functional.one_hot(y, 2).float() * 5 + 0.01 * torch.randn(40, 2)
+    assert c.choose(torch.zeros(40, 2), separable, y, seed=0) == (5, 0.1)
+    knowing = torch.nn.functional.one_hot(y, 2).float() * 10
+    assert c.choose(knowing, torch.randn(40, 2), y, seed=0) == (5, 0.0)
+
+
+@pytest.mark.parametrize("key,value", [("perfedavg.beta", 0.0), ("perfedavg.finetune-epochs", -1), ("pfedme.k", 0),
+                                       ("pfedme.lambda", -1.0), ("pfedme.beta", 3.0), ("knnper.scale", 0.0),
+                                       ("knnper.folds", 1)])
+def test_new_baselines_refuse_bad_keys_in_one_line(key, value):
+    from fedapp.config import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        parse_run_config({"strategy": key.split(".")[0], key: value})
+    assert f"'{key}'" in str(err.value) and "\n" not in str(err.value)

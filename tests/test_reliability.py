@@ -29,9 +29,12 @@ EXTRA = {
     "fedsmoo": {},
     "fedals": {"fedals.alpha": 2},
     "hcct": {},
+    "pfedme": {"pfedme.k": 2, "pfedme.new-epochs": 1},
     "pefll": {"model": "lenet", "dataset": "imagefolder", "partition": "iid", "pefll.k": 2,
               "pefll.descriptor-batch": 8, "num-server-rounds": 1},
 }
+#: PeFLL's Per-FedAvg, pFedMe and kNN-Per (their evaluation fine-tunes or builds a datastore)
+BASELINES = ("perfedavg", "pfedme", "knnper")
 REASON = {"raise": "client-error: InjectedFault: fault-kind raise", "stall": "timeout",
           "wrong-shape": "wrong-shape", "nan": "non-finite", "inf": "non-finite"}
 TIMING = ("wall-time", "train-seconds", "round-seconds")
@@ -113,7 +116,7 @@ _reference: dict[str, tuple] = {}
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("name", strategies("fedavg", "scaffold", "fedsmoo", "fedals", "pefll", "hcct"))
+@pytest.mark.parametrize("name", strategies("fedavg", "scaffold", "fedsmoo", "fedals", "pefll", "hcct", *BASELINES))
 def test_faulty_replies_equal_clients_that_did_not_reply(name, kind, config):
     faulty_cfg = config(name, **{"fault-fraction": 0.3, "fault-kind": kind})
     bad = faulty_partitions(parse_run_config(faulty_cfg))
@@ -260,7 +263,7 @@ class CrashingGrid(InProcessGrid):
 
 # FedAvg's clients are stateless, so it may crash rounds after its last checkpoint (they are run
 # again); stateful clients have committed those rounds, so they crash right after a checkpoint
-RESUME = [("fedavg", 2, 4), *[(n, 1, 3) for n in ("scaffold", "fedals", "hcct", "pefll")]]
+RESUME = [("fedavg", 2, 4), *[(n, 1, 3) for n in ("scaffold", "fedals", "hcct", "pefll", *BASELINES)]]
 
 
 @pytest.mark.parametrize("name,every,crash_at", [pytest.param(*c, marks=registered(c[0])) for c in RESUME])
@@ -320,7 +323,7 @@ def client_states(grid):
 
 #: every algorithm whose clients keep state between rounds (FedCM and MoFedSAM keep theirs on the server)
 STATEFUL = ["scaffold", "feddyn", "fedsmoo", "fedals", "fedals-scaffold", "hcct-p", "maxfl", "fedrep", "local",
-            "pefll"]
+            "pefll", "pfedme"]
 
 
 @pytest.mark.parametrize("name", strategies(*STATEFUL))
@@ -390,7 +393,7 @@ def test_resume_refuses_a_checkpoint_of_other_settings(config, tmp_path, monkeyp
 
 
 # ---- determinism -------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", strategies("fedavg", "scaffold"))
+@pytest.mark.parametrize("name", strategies("fedavg", "scaffold", *BASELINES))
 def test_same_seed_same_metrics_other_seed_other_metrics(name, config):
     cfg = config(name, **{"num-clients": 4, "fraction-train": 0.5})
     a, b = run(cfg)[0], run(cfg)[0]

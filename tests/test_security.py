@@ -17,7 +17,8 @@ from fedapp.faults import INFLATED, faulty_partitions
 from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.server_app import build_strategy
 from strategies.driver import ClientInfo, Reply
-from test_reliability import _reference, config, image_tree, run, same_rows, strategies, tensors  # noqa: F401
+from test_reliability import (BASELINES, _reference, config, image_tree, run, same_rows,  # noqa: F401
+                              strategies, tensors)
 
 
 def accuracy(strategy) -> float:
@@ -37,7 +38,7 @@ def finite(strategy) -> bool:
     return all(torch.isfinite(t.float()).all() for t in tensors(strategy))
 
 
-@pytest.mark.parametrize("name", strategies("fedavg", "scaffold", "fedsmoo", "fedals", "hcct", "pefll"))
+@pytest.mark.parametrize("name", strategies("fedavg", "scaffold", "fedsmoo", "fedals", "hcct", "pefll", *BASELINES))
 def test_scaled_updates_are_contained(name, config):
     """30% of the clients send their updates times 1e30: the default screen drops exactly those
     replies, so training goes on as if the attackers were offline."""

@@ -1,0 +1,61 @@
+"""pFedMe client: a personal model theta pulled towards the local copy w of the global model."""
+
+import torch
+
+from clients.base import FedClient
+from fedapp.records import Payload, Tensors
+
+
+class PFedMeClient(FedClient):
+    """Per batch, K steps theta <- theta - eta_p (grad f(theta) + lambda (theta - w) + mu theta) (FL-bench's
+    personal step, ``mu`` its L2 term), then w <- w - eta lambda (w - theta); theta and w start from the
+    global model, theta carries on from batch to batch. Replies with w; keeps theta
+    (``self.state["personal"]``), which it evaluates. A client without one (a new client) fits theta
+    from the global model on the pFedMe loss for ``new-epochs`` epochs (w held at the global model).
+    """
+
+    def personal_steps(self, w: Tensors, steps: int, lr: float, seed: int, move_w: bool) -> float:
+        """``steps`` batches of the K personal steps on the model (theta); with ``move_w`` each batch
+        then moves ``w`` (in place) towards theta at ``lr``. Returns the mean loss of the first step."""
+        lam, k, eta_p, mu = (float(self.setting("lambda")), int(self.setting("k")),
+                             float(self.setting("personal-lr")), float(self.setting("mu")))
+        self.model.train()
+        loader = self.loader(seed)
+        params = self.params
+        total = torch.zeros(())
+        for _ in range(steps):
+            x, y = loader.next_batch()
+            for j in range(k):
+                self.model.zero_grad(set_to_none=False)
+                loss = self.loss(x, y)
+                loss.backward()
+                if j == 0:
+                    total += loss.detach().cpu()
+                with torch.no_grad():
+                    for name, p in params.items():  # FL-bench's pFedMeOptimizer.step, term for term
+                        p.copy_(p - eta_p * (p.grad + lam * (p - w[name]) + mu * p))
+            if move_w:
+                with torch.no_grad():
+                    for name, p in params.items():
+                        w[name] = w[name] - lam * lr * (w[name] - p)
+        return total.item() / max(steps, 1)
+
+    def train(self, steps: int, lr: float, seed: int) -> dict[str, float]:
+        self.local = self.param_tensors()
+        return {"train-loss": self.personal_steps(self.local, steps, lr, seed, move_w=True)}
+
+    def end_fit(self, payload: Payload, config: dict) -> None:
+        self.state["personal"] = self.model_tensors()
+
+    def reply(self, payload: Payload, config: dict) -> Payload:
+        return {"arrays": {**self.model_tensors(), **{k: v.cpu() for k, v in self.local.items()}}}
+
+    def evaluate(self, payload: Payload, config: dict) -> tuple[Payload, dict[str, float]]:
+        self.config = config
+        self.load_model(payload)
+        if "personal" in self.state:
+            self.load_tensors(self.state["personal"])
+        else:  # a new client: theta fitted to its data, w the global model
+            self.personal_steps(self.param_tensors(), self.epoch_steps(int(self.setting("new-epochs"))),
+                                float(config["lr"]), self.round_seed(config), move_w=False)
+        return {}, self.evaluate_local()

@@ -1,0 +1,47 @@
+"""pFedMe: personal models regularised by a Moreau envelope towards the global model."""
+
+from clients.pfedme import PFedMeClient
+from fedapp.config import Key
+from fedapp.experiment import round_lr
+from strategies.base import FedStrategy
+
+
+class PFedMe(FedStrategy):
+    """pFedMe (Dinh, Tran, Nguyen, "Personalized Federated Learning with Moreau Envelopes", NeurIPS 2020).
+
+    Client i solves theta^_i(w_{i,r}) = argmin_theta f_i(theta; D_i) + lambda/2 ||theta - w_{i,r}||^2 with
+    K gradient steps at the personal rate (``personal-lr``), then w_{i,r+1} = w_{i,r} - eta lambda
+    (w_{i,r} - theta^_i), for R local rounds (one per batch; eta is the run's lr); server:
+    w_{t+1} = (1 - beta) w_t + beta sum_{i in S_t} n_i w_{i,R} / sum_{i in S_t} n_i (weighted by n_i as
+    FL-bench; the paper: 1/S). PeFLL's appendix: lambda = 15, K = 3, beta = 1. A client evaluates its
+    personal model theta; a new client starts theta at w_T and fine-tunes it for ``new-epochs`` epochs
+    (PeFLL's appendix: 20) on the pFedMe loss. FL-bench (06e658b) evaluates instead the personal model its
+    server sent, which it never updates (the initial model; ``test_matches_fl_bench``).
+    """
+
+    config_prefix = "pfedme"
+    config_keys = (
+        Key("lambda", float, 15.0, "Regularisation lambda of the Moreau envelope (PeFLL's appendix: 15).", low=0.0,
+            low_open=True),
+        Key("k", int, 3, "Personal steps K per batch (PeFLL's appendix: 3).", low=1),
+        Key("personal-lr", float, 0.01, "Personal learning rate of the K steps (FL-bench's default).", low=0.0,
+            low_open=True),
+        Key("mu", float, 1e-3, "L2 term mu of the personal step (FL-bench's default).", low=0.0),
+        Key("beta", float, 1.0, "Server mixing beta (PeFLL's appendix: 1, plain averaging).", low=0.0,
+            low_open=True, high=2.0),
+        Key("new-epochs", int, 20, "Epochs a new client fine-tunes its personal model (PeFLL's appendix: 20).",
+            low=0),
+    )
+    client_keys = ("lambda", "k", "personal-lr", "mu", "new-epochs")
+
+    def aggregate(self, server_round, replies) -> None:
+        beta = self.cfg.algo("beta")
+        mean = self.combine([r.payload["arrays"] for r in replies], [r.num_examples for r in replies])
+        self.global_state = {k: (1 - beta) * v + beta * mean[k] if v.is_floating_point() else mean[k]
+                             for k, v in self.global_state.items()}
+
+    def eval_config(self, pid, server_round):
+        return {**super().eval_config(pid, server_round), "lr": round_lr(self.cfg, server_round)}
+
+
+ALGORITHMS = {"pfedme": (PFedMe, PFedMeClient)}
