@@ -326,13 +326,27 @@ class Driver:
 
     def robust(self, replies: list[Reply]) -> list[Reply]:
         """The screen (``screen-factor``: a reply whose update norm is that many times the exchange's
-        lower median is dropped) and clipping (``clip-norm``: a longer update is scaled down to it).
-        Replies that pass unclipped are left as received, so an honest run is bit-identical."""
+        lower median is dropped) and clipping (``clip-norm``, and ``clip-median`` times that median: a
+        longer update is scaled down to the smaller bound). Replies that pass unclipped are left as
+        received, so an honest run whose update norms stay within the screen is bit-identical.
+
+        The default defence is the screen at 3: the round's median update norm is the honest scale
+        while attackers are fewer than half (the bound FLAME adapts each round: Nguyen et al., "FLAME:
+        Taming Backdoors in Federated Learning", USENIX Security 2022), and norm bounding (Sun et al.,
+        "Can You Really Backdoor Federated Learning?", 2019) limits what a reply may carry; a reply
+        beyond the bound is dropped rather than clipped, because a clipped -10x update still pulls
+        against the honest mean with up to 3 honest weights. Replies within the bound (a sign flip,
+        "a little is enough") reach the algorithm's mean with one honest weight each. ``clip-median``
+        1 with the mean is one step of centered clipping (Karimireddy, He and Jaggi, "Learning from
+        History for Byzantine Robust Optimization", ICML 2021) centred on the model sent, at that
+        radius. No attacker count is needed (docs/reliability.md)."""
         factor, clip = self.cfg.screen_factor, self.cfg.clip_norm
-        if not replies or not (factor or clip):
+        if not replies or not (factor or clip or self.cfg.clip_median):
             return replies
         norms = [self.update_norm(r) for r in replies]
         median = sorted(norms)[(len(norms) - 1) // 2]
+        if self.cfg.clip_median and median > 0:
+            clip = min(clip or math.inf, self.cfg.clip_median * median)
         kept = []
         for r, norm in zip(replies, norms):
             if factor and median > 0 and norm > factor * median:
