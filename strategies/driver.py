@@ -324,6 +324,25 @@ class Driver:
         return math.sqrt(sum(float(((v.double() - (0.0 if r is None else r.double())) ** 2).sum())
                              for v, r in self.reply_updates(reply).values()))
 
+    def median_cosines(self, replies: list[Reply]) -> list[float]:
+        """Cosine of each reply's model update (its arrays less the records it was sent; records that
+        are updates themselves, such as deltas and descriptors, left out) with the exchange's
+        coordinate-wise median of those updates; 1 where a reply has none."""
+        keys = [key for key, (_, ref) in self.reply_updates(replies[0]).items() if ref is not None]
+        dots, norms, median_sq = np.zeros(len(replies)), np.zeros(len(replies)), 0.0
+        for key in keys:
+            ups = [self.reply_updates(r).get(key, (None, None)) for r in replies]
+            if any(v is None or ref is None for v, ref in ups):
+                continue
+            stack = torch.stack([v.double() - ref.double() for v, ref in ups])
+            median = stack.median(dim=0).values if len(replies) % 2 else stack.sort(dim=0).values[
+                len(replies) // 2 - 1:len(replies) // 2 + 1].mean(0)
+            dots += (stack * median).flatten(1).sum(1).numpy()
+            norms += (stack**2).flatten(1).sum(1).numpy()
+            median_sq += float((median**2).sum())
+        scale = np.sqrt(norms * median_sq)
+        return [float(d / s) if s > 0 else 1.0 for d, s in zip(dots, scale)]
+
     def robust(self, replies: list[Reply]) -> list[Reply]:
         """The screen (``screen-factor``: a reply whose update norm is that many times the exchange's
         lower median is dropped) and clipping (``clip-norm``, and ``clip-median`` times that median: a
@@ -341,17 +360,22 @@ class Driver:
         History for Byzantine Robust Optimization", ICML 2021) centred on the model sent, at that
         radius. No attacker count is needed (docs/reliability.md)."""
         factor, clip = self.cfg.screen_factor, self.cfg.clip_norm
-        if not replies or not (factor or clip or self.cfg.clip_median):
+        if not replies or not (factor or clip or self.cfg.clip_median or self.cfg.screen_direction):
             return replies
+        cosines = self.median_cosines(replies) if self.cfg.screen_direction and len(replies) >= 3 else None
         norms = [self.update_norm(r) for r in replies]
         median = sorted(norms)[(len(norms) - 1) // 2]
         if self.cfg.clip_median and median > 0:
             clip = min(clip or math.inf, self.cfg.clip_median * median)
         kept = []
-        for r, norm in zip(replies, norms):
+        for i, (r, norm) in enumerate(zip(replies, norms)):
             if factor and median > 0 and norm > factor * median:
                 self.drop("outlier-norm", pid=r.pid,
                           detail=f"outlier-norm: update norm {norm:.3g} > {factor:g} x median {median:.3g}")
+                continue
+            if cosines is not None and cosines[i] <= 0:
+                self.drop("against-median", pid=r.pid,
+                          detail=f"against-median: update at cosine {cosines[i]:.3g} with the median update")
                 continue
             if clip and norm > clip:
                 for (name, k), (v, ref) in self.reply_updates(r).items():

@@ -3,12 +3,19 @@
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
-from fedapp import checkpoint, preflight, registry
+from fedapp import checkpoint, faults, preflight, registry
 from fedapp.config import ConfigError, parse_run_config
+from fedapp.client_app import app
+from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.server_app import build_strategy
+from simulations import attacks
 from test_reliability import EXTRA, config, image_tree, run  # noqa: F401
 
 #: what keeps each strategy's run small and makes it combine something in two rounds
@@ -71,3 +78,64 @@ def test_every_strategy_honours_aggregation(name, config, image_tree):
     changed = [a for a in mean if a not in OWN and (a not in initial or not same(mean[a], initial[a]))]
     assert changed, "the mean run changed nothing"
     assert [a for a in changed if same(got[a], mean[a])] == []
+
+
+# ---- the default defence -----------------------------------------------------------------------
+def small(tmp_path, strategy="fedavg", option="default", attack=None, fraction=0.0, **kw):
+    return {**attacks.run_config(attacks.SMALL, strategy, option, attack, fraction),
+            "results-dir": str(tmp_path), **kw}
+
+
+def test_attacks_change_the_update_as_documented(tmp_path):
+    """Each attack's reply, against the same client's honest one: reference + (factor) u, noise of
+    the reply's own norm, and the shift of "a little is enough" by z |u| with Baruch et al.'s z."""
+    cfg = parse_run_config(small(tmp_path, attack="alie", fraction=0.3))
+    InProcessGrid(app, 2, small(tmp_path))  # sets the task identity that Flower messages carry
+    assert faults.alie_z(cfg) == pytest.approx(0.5244, abs=1e-4)  # n = 10, f = 3: s = 3, Phi^-1(0.7)
+    ref = np.array([1.0, -2.0, 3.0, 0.5], dtype=np.float32)
+    honest = np.array([1.5, -2.5, 3.0, 0.0], dtype=np.float32)
+    u = honest.astype(np.float64) - ref
+
+    def attacked(kind):
+        received = Message(RecordDict({"arrays": ArrayRecord({"w": Array(ref)}),
+                                       "config": ConfigRecord({"server-round": 2, "partition-id": 1})}),
+                           dst_node_id=1, message_type=MessageType.TRAIN)
+        reply = Message(RecordDict({"arrays": ArrayRecord({"w": Array(honest.copy())}),
+                                    "metrics": MetricRecord({"num-examples": 5})}), reply_to=received)
+        faults.poison(reply, received, kind, cfg)
+        return reply.content["arrays"]["w"].numpy().astype(np.float64)
+
+    for kind, factor in (("negate", -10.0), ("sign-flip", -1.0), ("scale", 1e30)):
+        np.testing.assert_allclose(attacked(kind), (ref + factor * u).astype(np.float32), rtol=1e-6)
+    np.testing.assert_allclose(attacked("alie"), ref + u - faults.alie_z(cfg) * np.abs(u), rtol=1e-6)
+    noise = attacked("noise") - ref
+    assert np.linalg.norm(noise) == pytest.approx(np.linalg.norm(honest), rel=1e-5)
+    np.testing.assert_array_equal(attacked("noise") - ref, noise)  # seeded by (seed, round, partition)
+
+
+def test_default_contains_30pct_attackers(tmp_path):
+    """FedAvg on the synthetic clients (10, 4 rounds of 5 steps): with 3 attackers sending any of the
+    five attacks, the default options (no attacker count given) end within 5 points of the run without
+    attackers, while the plain mean falls far below it under -10x. Without attackers the defaults
+    leave the run bit-identical to the plain mean."""
+    clean = run_local(small(tmp_path / "clean"))
+    plain = run_local(small(tmp_path / "plain", option="none"))
+    assert [r["central-accuracy"] for r in clean.history] == [r["central-accuracy"] for r in plain.history]
+    assert all(torch.equal(clean.global_state[k], v) for k, v in plain.global_state.items())
+    base = attacks.accuracy(clean)
+    for attack in attacks.ATTACKS:
+        got = attacks.accuracy(run_local(small(tmp_path / attack, attack=attack, fraction=0.3)))
+        assert got is not None and base - got <= 0.05, (attack, got, base)
+    ruined = attacks.accuracy(run_local(small(tmp_path / "ruined", option="none", attack="negate", fraction=0.3)))
+    assert ruined is None or base - ruined > 0.2
+
+
+def test_attack_table_runs_at_the_ci_scale(tmp_path):
+    """The attack table's script at the CI scale: its rows, and drop = clean accuracy - accuracy."""
+    setting = {**attacks.SMALL, "num-server-rounds": 2}
+    out = tmp_path / "attacks.json"
+    rows = attacks.table(setting, str(tmp_path / "runs"), ["scaffold"], ["sign-flip"], ["default", "median"], [0.6], out)
+    assert [(r["option"], r["attack"], r["attackers"]) for r in rows] == [
+        ("none", None, 0.0), ("default", None, 0.0), ("default", "sign-flip", 0.6), ("median", "sign-flip", 0.6)]
+    assert all(r["drop"] == round(rows[1]["accuracy"] - r["accuracy"], 4) for r in rows[2:])
+    assert json.loads(out.read_text())["rows"] == rows
