@@ -34,11 +34,12 @@ SMALL = {**SETTING, "dataset": "synthetic", "num-server-rounds": 4, "local-steps
 EXTRA = {"fedals": {"fedals.alpha": 2}}
 STRATEGIES = ("fedavg", "scaffold", "fedsmoo", "fedals", "hcct", "pefll")
 ATTACKS = ("negate", "sign-flip", "noise", "scale", "alie")
-#: robust options, each on its own; "default" is the run config's defaults (the norm and direction screens),
+#: robust options, each on its own; "default" is the run config's defaults (the norm screen at 3),
 #: "none" the plain mean. The trim fraction 0.4 and Multi-Krum's f (the true attacker count) and
 #: m = n - f (set per fraction below) were set before any run.
 OPTIONS = {
     "default": {},
+    "default + direction": {"screen-direction": True},
     "none": {"screen-factor": 0.0, "screen-direction": False},  # the plain mean
     "median": {"screen-factor": 0.0, "screen-direction": False, "aggregation": "median"},
     "trimmed-mean": {"screen-factor": 0.0, "screen-direction": False, "aggregation": "trimmed-mean",
