@@ -73,21 +73,21 @@ def table(setting: dict, results_dir: str, strategies=STRATEGIES, attacks=ATTACK
     (attack None) with the plain mean and with the default options; ``drop`` is the no-attacker
     default accuracy less the row's."""
     rows: list[dict] = []
-    for strategy in strategies:
-        clean = {}
-        for option in ("none", "default"):
-            clean[option] = accuracy(run_local({**run_config(setting, strategy, option, None, 0.0),
-                                                "results-dir": results_dir}))
-            rows.append({"strategy": strategy, "option": option, "attack": None, "attackers": 0.0,
-                         "accuracy": clean[option]})
-            print(rows[-1], flush=True)
-        for fraction in fractions:
+    clean: dict[tuple[str, str], float | None] = {}
+    for fraction in fractions:  # every strategy at one fraction before the next fraction
+        for strategy in strategies:
+            if (strategy, "default") not in clean:
+                for option in ("none", "default"):
+                    clean[strategy, option] = accuracy(run_local({**run_config(setting, strategy, option, None, 0.0),
+                                                                  "results-dir": results_dir}))
+                    rows.append({"strategy": strategy, "option": option, "attack": None, "attackers": 0.0,
+                                 "accuracy": clean[strategy, option]})
             for attack in attacks:
                 for option in options:
                     t0 = time.time()
                     acc = accuracy(run_local({**run_config(setting, strategy, option, attack, fraction),
                                               "results-dir": results_dir}))
-                    base = clean["default"]
+                    base = clean[strategy, "default"]
                     rows.append({"strategy": strategy, "option": option, "attack": attack, "attackers": fraction,
                                  "accuracy": acc, "drop": None if acc is None or base is None else round(base - acc, 4),
                                  "seconds": round(time.time() - t0, 1)})

@@ -15,6 +15,7 @@ from fedapp.config import ConfigError, parse_run_config
 from fedapp.client_app import app
 from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.server_app import build_strategy
+from strategies.driver import ClientInfo, Reply
 from simulations import attacks
 from test_reliability import EXTRA, config, image_tree, run  # noqa: F401
 
@@ -141,6 +142,20 @@ def test_the_direction_screen_drops_sign_flips(tmp_path):
     strategy = run_local(small(tmp_path, attack="sign-flip", fraction=0.3, **{"screen-direction": True}))
     assert [dict(r["dropped-reasons"]) for r in strategy.history[1:]] == [{"against-median": 3}] * 4
     assert clean_accuracy(tmp_path) - attacks.accuracy(strategy) <= 0.05
+
+
+def test_clip_median_scales_updates_to_the_median_norm(tmp_path):
+    """clip-median 1: updates longer than the lower median norm (here 1.0, of norms 0.5, 1, 5) are
+    scaled down to it against what was sent; the others pass unchanged."""
+    strategy = build_strategy(parse_run_config(small(tmp_path, **{"clip-median": 1.0, "screen-factor": 0.0})))
+    strategy.clients = {p: ClientInfo(101 + p, 10, 2, False) for p in range(3)}
+    sent = {"arrays": {"w": torch.tensor([1.0, 1.0])}}
+    strategy.driver.sent = dict.fromkeys(range(3), sent)
+    ups = ([3.0, 4.0], [0.6, 0.8], [0.5, 0.0])
+    out = strategy.driver.robust([Reply(p, {"arrays": {"w": 1.0 + torch.tensor(u)}}, {}) for p, u in enumerate(ups)])
+    assert torch.allclose(out[0].payload["arrays"]["w"], torch.tensor([1.6, 1.8]))  # 1 + (3, 4) / 5
+    assert torch.equal(out[1].payload["arrays"]["w"], 1.0 + torch.tensor([0.6, 0.8]))
+    assert torch.equal(out[2].payload["arrays"]["w"], torch.tensor([1.5, 1.0]))
 
 
 def test_the_default_leaves_honest_runs_alone_and_the_attack_is_real(tmp_path):
