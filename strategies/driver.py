@@ -328,13 +328,13 @@ class Driver:
         """Cosine of each reply's model update (its arrays less the records it was sent; records that
         are updates themselves, such as deltas and descriptors, left out) with the exchange's
         coordinate-wise median of those updates; 1 where a reply has none."""
-        keys = [key for key, (_, ref) in self.reply_updates(replies[0]).items() if ref is not None]
+        updates = [self.reply_updates(r) for r in replies]
         dots, norms, median_sq = np.zeros(len(replies)), np.zeros(len(replies)), 0.0
-        for key in keys:
-            ups = [self.reply_updates(r).get(key, (None, None)) for r in replies]
-            if any(v is None or ref is None for v, ref in ups):
+        for key in updates[0]:
+            pairs = [u.get(key, (None, None)) for u in updates]
+            if any(v is None or ref is None for v, ref in pairs):
                 continue
-            stack = torch.stack([v.double() - ref.double() for v, ref in ups])
+            stack = torch.stack([v.double() - ref.double() for v, ref in pairs])
             median = stack.median(dim=0).values if len(replies) % 2 else stack.sort(dim=0).values[
                 len(replies) // 2 - 1:len(replies) // 2 + 1].mean(0)
             dots += (stack * median).flatten(1).sum(1).numpy()
