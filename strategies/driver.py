@@ -27,6 +27,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
 from fedapp import pickup
+from fedapp.aggregation import coordinate_wise
 from fedapp.config import ConfigError, RunConfig
 from fedapp.records import (Payload, RecordStore, Tensors, array_numpy, content_bytes, make_content, payload_of,
                             to_record)
@@ -328,19 +329,15 @@ class Driver:
         """Cosine of each reply's model update (its arrays less the records it was sent; records that
         are updates themselves, such as deltas and descriptors, left out) with the exchange's
         coordinate-wise median of those updates; 1 where a reply has none."""
-        updates = [self.reply_updates(r) for r in replies]
-        dots, norms, median_sq = np.zeros(len(replies)), np.zeros(len(replies)), 0.0
-        for key in updates[0]:
-            pairs = [u.get(key, (None, None)) for u in updates]
-            if any(v is None or ref is None for v, ref in pairs):
-                continue
-            stack = torch.stack([v.double() - ref.double() for v, ref in pairs])
-            median = stack.median(dim=0).values if len(replies) % 2 else stack.sort(dim=0).values[
-                len(replies) // 2 - 1:len(replies) // 2 + 1].mean(0)
-            dots += (stack * median).flatten(1).sum(1).numpy()
-            norms += (stack**2).flatten(1).sum(1).numpy()
-            median_sq += float((median**2).sum())
-        scale = np.sqrt(norms * median_sq)
+        pairs = [self.reply_updates(r) for r in replies]
+        keys = [k for k in pairs[0] if all(p.get(k, (None, None))[1] is not None for p in pairs)]
+        updates = [{k: p[k][0].double() - p[k][1].double() for k in keys} for p in pairs]
+        if not keys:
+            return [1.0] * len(replies)
+        median = coordinate_wise(updates, lambda a: np.median(a, axis=0))
+        dots = np.array([sum(float((u[k] * median[k]).sum()) for k in keys) for u in updates])
+        norms = np.array([sum(float((u[k] ** 2).sum()) for k in keys) for u in updates])
+        scale = np.sqrt(norms * sum(float((m**2).sum()) for m in median.values()))
         return [float(d / s) if s > 0 else 1.0 for d, s in zip(dots, scale)]
 
     def robust(self, replies: list[Reply]) -> list[Reply]:
