@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from fedapp.config import parse_run_config
+from fedapp.faults import faulty_partitions
 from fedapp.inprocess import run_local
 
 #: the page's setting: MNIST, 10 IID clients, every client every round; an MLP, 20 local steps of
@@ -48,10 +50,15 @@ OPTIONS = {
 }
 
 
-def accuracy(strategy) -> float | None:
-    """The final central accuracy, or the clients' pooled one without a single model (HCCT, PeFLL)."""
+def accuracy(strategy, attackers=()) -> float | None:
+    """The final central accuracy, or without a single model (HCCT, PeFLL) the accuracy pooled over
+    the last evaluation's clients that are not ``attackers``."""
     last = strategy.history[-1]
-    value = last.get("central-accuracy", last.get("fed-accuracy"))
+    value = last.get("central-accuracy")
+    if value is None:
+        evals = [(m["accuracy"], m["num-examples"]) for pid, _, m in strategy.client_evals if pid not in attackers]
+        n = sum(k for _, k in evals)
+        value = sum(a * k for a, k in evals) / n if n else None
     return None if value is None or not math.isfinite(value) else round(float(value), 4)
 
 
@@ -70,26 +77,30 @@ def run_config(setting: dict, strategy: str, option: str, attack: str | None, fr
 def table(setting: dict, results_dir: str, strategies=STRATEGIES, attacks=ATTACKS, options=tuple(OPTIONS),
           fractions=(0.3, 0.6), out: Path | None = None) -> list[dict]:
     """One row per (strategy, option, attack, fraction), plus each strategy's runs without attackers
-    (attack None) with the plain mean and with the default options; ``drop`` is the no-attacker
-    default accuracy less the row's."""
+    (attack None) with the plain mean and with the default options; ``clean`` is the latter's accuracy
+    over the row's honest clients (the global test set where there is one model), ``drop`` it less
+    the row's accuracy over the same clients."""
     rows: list[dict] = []
-    clean: dict[tuple[str, str], float | None] = {}
+    clean: dict[tuple[str, str], object] = {}  # the runs without attackers
     for fraction in fractions:  # every strategy at one fraction before the next fraction
         for strategy in strategies:
             if (strategy, "default") not in clean:
                 for option in ("none", "default"):
-                    clean[strategy, option] = accuracy(run_local({**run_config(setting, strategy, option, None, 0.0),
-                                                                  "results-dir": results_dir}))
+                    clean[strategy, option] = run_local({**run_config(setting, strategy, option, None, 0.0),
+                                                         "results-dir": results_dir})
                     rows.append({"strategy": strategy, "option": option, "attack": None, "attackers": 0.0,
-                                 "accuracy": clean[strategy, option]})
+                                 "accuracy": accuracy(clean[strategy, option])})
             for attack in attacks:
+                cfg = run_config(setting, strategy, "default", attack, fraction)
+                bad = faulty_partitions(parse_run_config(cfg))
+                base = accuracy(clean[strategy, "default"], bad)  # over the same honest clients
                 for option in options:
                     t0 = time.time()
                     acc = accuracy(run_local({**run_config(setting, strategy, option, attack, fraction),
-                                              "results-dir": results_dir}))
-                    base = clean[strategy, "default"]
+                                              "results-dir": results_dir}), bad)
                     rows.append({"strategy": strategy, "option": option, "attack": attack, "attackers": fraction,
-                                 "accuracy": acc, "drop": None if acc is None or base is None else round(base - acc, 4),
+                                 "accuracy": acc, "clean": base,
+                                 "drop": None if acc is None or base is None else round(base - acc, 4),
                                  "seconds": round(time.time() - t0, 1)})
                     if out is not None:
                         out.write_text(json.dumps({"setting": setting, "rows": rows}, indent=1) + "\n")
