@@ -51,14 +51,13 @@ OPTIONS = {
 
 
 def accuracy(strategy, attackers=()) -> float | None:
-    """The final central accuracy, or without a single model (HCCT, PeFLL) the accuracy pooled over
-    the last evaluation's clients that are not ``attackers``."""
+    """The final central accuracy, or without a single model (HCCT, PeFLL) the mean of the last
+    evaluation's client accuracies over the clients that are not ``attackers``."""
     last = strategy.history[-1]
     value = last.get("central-accuracy")
     if value is None:
-        evals = [(m["accuracy"], m["num-examples"]) for pid, _, m in strategy.client_evals if pid not in attackers]
-        n = sum(k for _, k in evals)
-        value = sum(a * k for a, k in evals) / n if n else None
+        accs = [a for pid, a in last.get("fed-client-accuracy", {}).items() if int(pid) not in attackers]
+        value = sum(accs) / len(accs) if accs else None
     return None if value is None or not math.isfinite(value) else round(float(value), 4)
 
 
