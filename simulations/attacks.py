@@ -34,6 +34,8 @@ SETTING = {"dataset": "mnist", "partition": "iid", "model": "mlp", "num-clients"
 SMALL = {**SETTING, "dataset": "synthetic", "num-server-rounds": 4, "local-steps": 5}
 #: per strategy: what it needs of the setting (FedALS averages its body every 2 rounds)
 EXTRA = {"fedals": {"fedals.alpha": 2}}
+#: strategies measured on the clients' own models (HCCT's central model exists only while it keeps one group)
+PERSONAL = ("hcct", "pefll")
 STRATEGIES = ("fedavg", "scaffold", "fedsmoo", "fedals", "hcct", "pefll")
 ATTACKS = ("negate", "sign-flip", "noise", "scale", "alie")
 #: robust options, each on its own; "default" is the run config's defaults (the norm screen at 3),
@@ -51,12 +53,13 @@ OPTIONS = {
 
 
 def accuracy(strategy, attackers=()) -> float | None:
-    """The final central accuracy, or without a single model (HCCT, PeFLL) the mean of the last
-    evaluation's client accuracies over the clients that are not ``attackers``."""
+    """The final central accuracy, or for the PERSONAL strategies the mean of the last evaluation's
+    client accuracies over the clients that are not ``attackers``."""
     last = strategy.history[-1]
-    value = last.get("central-accuracy")
+    value = None if strategy.cfg.strategy in PERSONAL else last.get("central-accuracy")
     if value is None:
-        accs = [a for pid, a in last.get("fed-client-accuracy", {}).items() if int(pid) not in attackers]
+        per_client = last.get("fed-client-accuracy") or {pid: m["accuracy"] for pid, _, m in strategy.client_evals}
+        accs = [a for pid, a in per_client.items() if int(pid) not in attackers]
         value = sum(accs) / len(accs) if accs else None
     return None if value is None or not math.isfinite(value) else round(float(value), 4)
 
