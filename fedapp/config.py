@@ -194,12 +194,19 @@ COMMON_KEYS: tuple[Key, ...] = (
         "training reply (0: never; a run's first round without one always stops it).", low=0),
     Key("fault-fraction", float, 0.0, "Share of clients whose training/evaluation replies are faulty (fault injection).", low=0.0, high=1.0),
     Key("fault-kind", str, "raise", "Injected fault: raise, stall (past round-timeout), wrong-shape, nan, inf, "
-        "scale (updates times 1e30) or num-examples (an inflated example count).",
-        ("raise", "stall", "wrong-shape", "nan", "inf", "scale", "num-examples")),
+        "or an attack: scale (updates times 1e30), negate (times -10), sign-flip (times -1), noise (Gaussian, "
+        "of the model's norm), alie (a little is enough) or num-examples (an inflated example count).",
+        ("raise", "stall", "wrong-shape", "nan", "inf", "scale", "negate", "sign-flip", "noise", "alie",
+         "num-examples")),
     # robust aggregation (strategies/base.py): what a poisoned reply can do to the model
-    Key("screen-factor", float, 1000.0, "Drop a training reply whose update norm exceeds this many times the "
+    Key("screen-factor", float, 3.0, "Drop a training reply whose update norm exceeds this many times the "
         "exchange's median (0: off).", low=0.0),
+    Key("screen-direction", bool, False, "Drop a training reply whose model update points away from the "
+        "exchange's coordinate-wise median update (cosine <= 0; with 3 replies or more). It also drops honest "
+        "clients of heterogeneous data, and across HCCT's groups it compares different models' updates."),
     Key("clip-norm", float, 0.0, "Scale every training reply's update down to at most this L2 norm (0: off).", low=0.0),
+    Key("clip-median", float, 0.0, "Scale every training reply's update down to at most this many times the "
+        "exchange's median update norm (centered clipping at an adaptive radius; 0: off).", low=0.0),
     Key("aggregation", str, "mean", "How replies are combined: mean (the algorithm's own), median "
         "(coordinate-wise), trimmed-mean or krum.", ("mean", "median", "trimmed-mean", "krum")),
     Key("trim-fraction", float, 0.2, "trimmed-mean: share of replies cut at each end of every coordinate, "

@@ -9,12 +9,21 @@ from ``seed``, answer every training and evaluation message with the fault ``fau
   gets a list where a scalar metric belongs);
 - ``nan`` / ``inf``: the first entry of every float array (else every metric but the ids) is
   NaN / +Inf;
-- ``scale``: a poisoned but finite reply: every float array's update, against the record of
-  the same name the client received (the array itself when none), is multiplied by 1e30;
-- ``num-examples``: the reply claims 10^12 examples.
+- ``num-examples``: the reply claims 10^12 examples;
+- attacks on the update u (every float array of the reply less the record of the same name the
+  client received; the array itself when none was sent), the reply carrying reference + u':
 
-The first five make a reply invalid (it is dropped); ``scale`` and ``num-examples`` are valid
-replies of an attacker, which the server's robust aggregation has to contain.
+  - ``scale``: u' = 1e30 u;
+  - ``negate``: u' = -10 u;
+  - ``sign-flip``: u' = -u;
+  - ``noise``: u' Gaussian, of the norm of the reply's own arrays (for a model: the model's norm);
+  - ``alie``: "a little is enough" (Baruch, Baruch and Goldberg, NeurIPS 2019): u' = mu - z sigma,
+    z = Phi^{-1}((n - s) / n), s = floor(n/2 + 1) - f (at least 1) for n clients and f attackers. The paper's
+    attackers pool their honest updates for mu and sigma; these do not collude, so each takes its
+    own update for mu and its magnitude |u| for sigma, shifting every coordinate down by z |u|.
+
+The first five make a reply invalid (it is dropped); the attacks are valid replies, which the
+server's robust aggregation has to contain.
 
 Discovery (query) messages are answered normally: a faulty client is connected and known,
 only its work is bad, so a run with faults is comparable to one where those nodes are offline.
@@ -27,6 +36,7 @@ from __future__ import annotations
 import contextvars
 import time
 from collections.abc import Iterator
+from statistics import NormalDist
 from contextlib import contextmanager
 
 import numpy as np
@@ -36,8 +46,9 @@ from flwr.clientapp.typing import ClientAppCallable
 from fedapp.config import RunConfig, parse_run_config
 
 KINDS = ("raise", "stall", "wrong-shape", "nan", "inf")
-ATTACKS = ("scale", "num-examples")
-SCALE = 1e30
+#: attacks on the update u: the factor u is multiplied by (``noise``, ``alie``: crafted below)
+FACTORS = {"scale": 1e30, "negate": -10.0, "sign-flip": -1.0}
+ATTACKS = (*FACTORS, "noise", "alie", "num-examples")
 INFLATED = 10**12
 #: metrics that identify a reply; corrupting them would test discovery, not the arrays
 ID_METRICS = ("partition-id", "num-examples")
@@ -71,8 +82,17 @@ def faulty_partitions(cfg: RunConfig) -> set[int]:
     return {int(p) for p in rng.choice(cfg.num_clients, size=n, replace=False)}
 
 
-def poison(reply: Message, received: Message, kind: str) -> None:
-    """Make the reply an attacker's, in place, as ``kind`` (one of ATTACKS) says."""
+def alie_z(cfg: RunConfig) -> float:
+    """Baruch et al.'s z for n clients of which f attack: Phi^{-1}((n - s) / n), s = floor(n/2 + 1) - f,
+    at least 1 (attackers that are a majority already: the largest finite z)."""
+    n, f = cfg.num_clients, len(faulty_partitions(cfg))
+    s = max(n // 2 + 1 - f, 1)
+    return float(NormalDist().inv_cdf((n - s) / n)) if n > s else 0.0
+
+
+def poison(reply: Message, received: Message, kind: str, cfg: RunConfig) -> None:
+    """Make the reply an attacker's, in place, as ``kind`` (one of ATTACKS) says; ``noise`` draws from
+    (seed, round, partition) and ``alie`` sizes its shift from ``cfg``."""
     content = reply.content
     if kind == "num-examples":
         for name, rec in list(content.metric_records.items()):
@@ -80,14 +100,26 @@ def poison(reply: Message, received: Message, kind: str) -> None:
                 content[name] = MetricRecord({**rec, "num-examples": INFLATED})
         return
     sent = received.content.array_records
+    floats = [(name, key, arr.numpy().astype(np.float64)) for name, rec in content.array_records.items()
+              for key, arr in rec.items() if arr.numpy().dtype.kind == "f"]
+    if kind == "noise":
+        conf = received.content["config"]
+        rng = np.random.default_rng([cfg.seed, int(conf["server-round"]), int(conf["partition-id"]), 13])
+        noise = [rng.standard_normal(a.shape) for _, _, a in floats]
+        scale = np.sqrt(sum((a**2).sum() for _, _, a in floats) / max(sum((g**2).sum() for g in noise), 1e-300))
+        crafted = {(name, key): scale * g for (name, key, _), g in zip(floats, noise)}
+    z = alie_z(cfg) if kind == "alie" else 0.0
     for name, rec in list(content.array_records.items()):
         out = {}
         for key, arr in rec.items():
             a = arr.numpy()
             if a.dtype.kind == "f":
                 ref = sent[name][key].numpy() if name in sent and key in sent[name] else None
-                ref = ref if ref is not None and ref.shape == a.shape else np.zeros_like(a)
-                a = (ref.astype(np.float64) + SCALE * (a.astype(np.float64) - ref)).astype(a.dtype)
+                ref = ref.astype(np.float64) if ref is not None and ref.shape == a.shape else np.zeros(a.shape)
+                u = a.astype(np.float64) - ref
+                u = (crafted[name, key] if kind == "noise" else u - z * np.abs(u) if kind == "alie"
+                     else FACTORS[kind] * u)
+                a = (ref + u).astype(a.dtype)
             out[key] = Array(a)
         content[name] = ArrayRecord(out)
 
@@ -134,7 +166,7 @@ def fault_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> M
     if reply.has_error():
         return reply
     if kind in ATTACKS:
-        poison(reply, msg, kind)
+        poison(reply, msg, kind, cfg)
     else:
         corrupt(reply, kind)
     return reply

@@ -120,6 +120,15 @@ def check_results_dir(cfg: RunConfig, base: Path | None = None) -> None:
                           f"({err.strerror or err})") from None
 
 
+def check_aggregation(cfg: RunConfig) -> None:
+    """A robust ``aggregation`` acts on every update the strategy combines; a strategy that combines
+    none refuses it."""
+    why = registry.get(cfg.strategy).strategy.robust_refusal
+    if cfg.aggregation != "mean" and why:
+        raise ConfigError(f"run config 'aggregation' = {cfg.aggregation!r} is invalid for strategy {cfg.strategy!r}: "
+                          f"{why}; allowed is 'mean'")
+
+
 def warn_foreign_keys(cfg: RunConfig) -> None:
     """One line naming the keys of other algorithms set away from their defaults: they have no
     effect on the chosen strategy. A warning, not an error: a setting file may set the keys of
@@ -138,6 +147,7 @@ def check(run_config: Mapping[str, Any], local: bool = True, base: Path | None =
     machine from this run config's data (a simulation), so device and partitions are checked;
     ``base``: what a relative ``results-dir`` is relative to (default: the working directory)."""
     cfg = parse_run_config(run_config)
+    check_aggregation(cfg)
     warn_foreign_keys(cfg)
     check_results_dir(cfg, base)
     if local:

@@ -70,6 +70,9 @@ class FedStrategy(Strategy):
     #: ``initial_arrays``, ``configure_*``'s input, ``aggregate_train``'s output) stand for it. False
     #: for strategies with several models, personal models or parts of one (IFCA, HCCT, PeFLL, FedRep, ...)
     global_model: ClassVar[bool] = True
+    #: why a robust ``aggregation`` cannot act on this strategy ('': it can): the preflight refuses
+    #: any other than ``mean`` with this reason
+    robust_refusal: ClassVar[str] = ""
 
     def __init__(self, cfg: RunConfig, model: torch.nn.Module, dataset: Dataset | None = None):
         self.cfg = cfg

@@ -28,6 +28,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
 from fedapp import pickup, sites
+from fedapp.aggregation import coordinate_wise
 from fedapp.config import ConfigError, RunConfig
 from fedapp.records import (Payload, RecordStore, Tensors, array_numpy, content_bytes, make_content, payload_of,
                             to_record)
@@ -355,20 +356,54 @@ class Driver:
         return math.sqrt(sum(float(((v.double() - (0.0 if r is None else r.double())) ** 2).sum())
                              for v, r in self.reply_updates(reply).values()))
 
+    def median_cosines(self, replies: list[Reply]) -> list[float]:
+        """Cosine of each reply's model update (its arrays less the records it was sent; records that
+        are updates themselves, such as deltas and descriptors, left out) with the exchange's
+        coordinate-wise median of those updates; 1 where a reply has none."""
+        pairs = [self.reply_updates(r) for r in replies]
+        keys = [k for k in pairs[0] if all(p.get(k, (None, None))[1] is not None for p in pairs)]
+        updates = [{k: p[k][0].double() - p[k][1].double() for k in keys} for p in pairs]
+        if not keys:
+            return [1.0] * len(replies)
+        median = coordinate_wise(updates, lambda a: np.median(a, axis=0))
+        dots = np.array([sum(float((u[k] * median[k]).sum()) for k in keys) for u in updates])
+        norms = np.array([sum(float((u[k] ** 2).sum()) for k in keys) for u in updates])
+        scale = np.sqrt(norms * sum(float((m**2).sum()) for m in median.values()))
+        return [float(d / s) if s > 0 else 1.0 for d, s in zip(dots, scale)]
+
     def robust(self, replies: list[Reply]) -> list[Reply]:
         """The screen (``screen-factor``: a reply whose update norm is that many times the exchange's
-        lower median is dropped) and clipping (``clip-norm``: a longer update is scaled down to it).
-        Replies that pass unclipped are left as received, so an honest run is bit-identical."""
+        lower median is dropped) and clipping (``clip-norm``, and ``clip-median`` times that median: a
+        longer update is scaled down to the smaller bound). Replies that pass unclipped are left as
+        received, so an honest run whose update norms stay within the screen is bit-identical.
+
+        The default defence is the screen at 3: the round's median update norm is the honest scale
+        while attackers are fewer than half (the bound FLAME adapts each round: Nguyen et al., "FLAME:
+        Taming Backdoors in Federated Learning", USENIX Security 2022), and norm bounding (Sun et al.,
+        "Can You Really Backdoor Federated Learning?", 2019) limits what a reply may carry; a reply
+        beyond the bound is dropped rather than clipped, because a clipped -10x update still pulls
+        against the honest mean with up to 3 honest weights. Replies within the bound (a sign flip,
+        "a little is enough") reach the algorithm's mean with one honest weight each. ``clip-median``
+        1 with the mean is one step of centered clipping (Karimireddy, He and Jaggi, "Learning from
+        History for Byzantine Robust Optimization", ICML 2021) centred on the model sent, at that
+        radius. No attacker count is needed (docs/reliability.md)."""
         factor, clip = self.cfg.screen_factor, self.cfg.clip_norm
-        if not replies or not (factor or clip):
+        if not replies or not (factor or clip or self.cfg.clip_median or self.cfg.screen_direction):
             return replies
+        cosines = self.median_cosines(replies) if self.cfg.screen_direction and len(replies) >= 3 else None
         norms = [self.update_norm(r) for r in replies]
         median = sorted(norms)[(len(norms) - 1) // 2]
+        if self.cfg.clip_median and median > 0:
+            clip = min(clip or math.inf, self.cfg.clip_median * median)
         kept = []
-        for r, norm in zip(replies, norms):
+        for i, (r, norm) in enumerate(zip(replies, norms)):
             if factor and median > 0 and norm > factor * median:
                 self.drop("outlier-norm", pid=r.pid,
                           detail=f"outlier-norm: update norm {norm:.3g} > {factor:g} x median {median:.3g}")
+                continue
+            if cosines is not None and cosines[i] <= 0:
+                self.drop("against-median", pid=r.pid,
+                          detail=f"against-median: update at cosine {cosines[i]:.3g} with the median update")
                 continue
             if clip and norm > clip:
                 for (name, k), (v, ref) in self.reply_updates(r).items():

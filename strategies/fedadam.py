@@ -16,7 +16,8 @@ from strategies.base import LR_DECAY, FedStrategy
 class FedAdam(FedStrategy):
     """FedAdam (Reddi et al., "Adaptive Federated Optimization", ICLR 2021).
 
-    With Delta_t = sum_i n_i w_i / sum_i n_i - w_t:
+    With Delta_t = sum_i n_i w_i / sum_i n_i - w_t (a robust ``aggregation``: its combination of
+    the w_i less w_t):
     m_t = beta_1 m_{t-1} + (1 - beta_1) Delta_t, v_t = beta_2 v_{t-1} + (1 - beta_2) Delta_t^2,
     w_{t+1} = w_t + eta_t m_t / (sqrt(v_t) + tau), eta_t Flower's bias-corrected ``eta``.
     The arithmetic is Flower's ``FedAdam.aggregate_train``; m_t and v_t are kept here.
@@ -42,10 +43,14 @@ class FedAdam(FedStrategy):
                             beta_2=self.cfg.algo("beta-2"), tau=self.cfg.algo("tau"))
         opt.current_arrays = {k: v.numpy() for k, v in self.global_state.items()}
         opt.m_t, opt.v_t = self.m_t, self.v_t
-        msgs = [Message(make_content({"arrays": r.payload["arrays"]},
-                                     metrics={"num-examples": r.num_examples}),
-                        dst_node_id=self.clients[r.pid].node_id, message_type=MessageType.TRAIN)
-                for r in replies]
+        if self.cfg.aggregation == "mean":  # Flower's own weighted mean
+            states = [(r.payload["arrays"], r.num_examples, r.pid) for r in replies]
+        else:  # Delta_t from the robust combination: Flower's mean of it alone
+            combined = self.combine([r.payload["arrays"] for r in replies], [r.num_examples for r in replies])
+            states = [(combined, 1, replies[0].pid)]
+        msgs = [Message(make_content({"arrays": arrays}, metrics={"num-examples": n}),
+                        dst_node_id=self.clients[pid].node_id, message_type=MessageType.TRAIN)
+                for arrays, n, pid in states]
         arrays, _ = opt.aggregate_train(server_round, msgs)
         self.m_t, self.v_t = opt.m_t, opt.v_t
         self.global_state = {k: torch.from_numpy(np.asarray(a.numpy())).to(self.global_state[k].dtype)

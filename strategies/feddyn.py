@@ -31,16 +31,21 @@ class FedDyn(FedStrategy):
         super().__init__(cfg, model, dataset)
         self.dual = self.zeros_like_params()
 
-    def update_dual(self, replies) -> None:
-        """lambda <- lambda - sum_{i in S} (w_i - w) / (beta m), m = all training clients."""
+    def update_dual(self, replies, w, combined) -> None:
+        """lambda <- lambda - sum_{i in S} (w_i - w) / (beta m), m = all training clients. With a
+        robust ``aggregation`` the sum is |S| times the robust combination ``combined`` of the w_i
+        less w (median, trimmed mean and Krum commute with the shift by w), as SCAFFOLD's control."""
         scale = self.cfg.algo("beta") * len(self.train_pool())
-        w = self.global_state
-        self.dual = {k: lam - sum(r.payload["arrays"][k] - w[k] for r in replies) / scale
-                     for k, lam in self.dual.items()}
+        if self.cfg.aggregation == "mean":
+            self.dual = {k: lam - sum(r.payload["arrays"][k] - w[k] for r in replies) / scale
+                         for k, lam in self.dual.items()}
+        else:
+            self.dual = {k: lam - len(replies) * (combined[k] - w[k]) / scale for k, lam in self.dual.items()}
 
     def aggregate(self, server_round, replies):
-        self.update_dual(replies)
-        super().aggregate(server_round, replies)  # unweighted mean of the w_i
+        w = self.global_state
+        super().aggregate(server_round, replies)  # unweighted mean (or robust combination) of the w_i
+        self.update_dual(replies, w, self.global_state)
         beta = self.cfg.algo("beta")
         self.global_state = {k: v - beta * self.dual[k] if k in self.dual else v
                              for k, v in self.global_state.items()}

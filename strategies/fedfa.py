@@ -3,7 +3,6 @@
 import math
 
 from clients.fedfa import FedFAClient
-from fedapp.aggregation import weighted_mean
 from strategies.base import FedStrategy
 from strategies.driver import Reply
 
@@ -20,7 +19,7 @@ class FedFA(FedStrategy):
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> None:
         weights = [-math.log2(min(max(r.metrics["train-accuracy"], ACC_CLIP[0]), ACC_CLIP[1])) for r in replies]
-        self.global_state = weighted_mean([r.payload["arrays"] for r in replies], weights)
+        self.global_state = self.combine([r.payload["arrays"] for r in replies], weights)
 
 
 ALGORITHMS = {"fedfa": (FedFA, FedFAClient)}

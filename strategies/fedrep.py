@@ -3,7 +3,6 @@
 from typing import Any
 
 from clients.fedrep import FedRepClient
-from fedapp.aggregation import weighted_mean
 from fedapp.config import Key
 from fedapp.experiment import round_lr
 from fedapp.layer_split import check_head
@@ -56,7 +55,7 @@ class FedRep(FedStrategy):
         return spec_of({"body": self.body_state()})
 
     def aggregate(self, server_round, replies) -> None:
-        body = weighted_mean([r.payload["body"] for r in replies], [r.num_examples for r in replies])
+        body = self.combine([r.payload["body"] for r in replies], [r.num_examples for r in replies])
         self.global_state = {**self.global_state, **body}
 
     def eval_broadcast(self, server_round):

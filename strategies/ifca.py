@@ -62,8 +62,8 @@ class IFCA(FedStrategy):
         for j in range(len(self.cluster_models)):
             members = [r for r in replies if j in self.choices[r.pid]]
             if members:
-                self.cluster_models[j] = weighted_mean([r.payload["arrays"] for r in members],
-                                                       [r.num_examples for r in members])
+                self.cluster_models[j] = self.combine([r.payload["arrays"] for r in members],
+                                                      [r.num_examples for r in members])
 
     def eval_broadcast(self, server_round: int):
         return {}

@@ -11,6 +11,7 @@ class Independent(HCCT):
 
     config_prefix = "independent"
     config_keys = ()
+    robust_refusal = "every client trains alone in a group of one, so the server combines no updates"
 
     @classmethod
     def check_config(cls, cfg: RunConfig) -> None:

@@ -12,6 +12,7 @@ class Local(FedStrategy):
 
     config_prefix = "local"
     global_model = False
+    robust_refusal = "every model stays on its client, so the server combines no updates"
 
     def train_pool(self) -> list[int]:
         return sorted(self.clients)

@@ -1,7 +1,6 @@
 """MAXFL-style participation: a client joins the global model only while it serves it well."""
 
 from clients.maxfl import MaxFLClient
-from fedapp.aggregation import weighted_mean
 from fedapp.config import Key
 from strategies.base import FedStrategy
 from strategies.driver import Reply
@@ -24,7 +23,7 @@ class MaxFL(FedStrategy):
     def aggregate(self, server_round: int, replies: list[Reply]) -> None:
         joined = [r for r in replies if r.metrics["joined"]]
         if joined:
-            self.global_state = weighted_mean([r.payload["arrays"] for r in joined], [r.num_examples for r in joined])
+            self.global_state = self.combine([r.payload["arrays"] for r in joined], [r.num_examples for r in joined])
 
 
 ALGORITHMS = {"maxfl": (MaxFL, MaxFLClient)}

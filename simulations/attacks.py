@@ -1,0 +1,133 @@
+"""The attack table of docs/reliability.md: final accuracy of each strategy under each attack of
+``fedapp.faults`` (30% and 60% of the clients), for each robust-aggregation option, against the
+same strategy's run without attackers.
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. python simulations/attacks.py --out attacks.json --results-dir OUT
+
+Every run is in process (``fedapp.inprocess``), one after the other, single-threaded; the JSON is
+rewritten after each run, so a stopped sweep keeps what it measured. ``--small`` is the CI scale
+(synthetic data, a few rounds; ``tests/test_security_robust.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from fedapp.config import parse_run_config
+from fedapp.faults import faulty_partitions
+from fedapp.inprocess import run_local
+
+#: the page's setting: MNIST, 10 IID clients, every client every round; an MLP, 20 local steps of
+#: batch 32 at lr 0.05 (PeFLL: k = local-steps on the MLP it generates)
+SETTING = {"dataset": "mnist", "partition": "iid", "model": "mlp", "num-clients": 10, "num-server-rounds": 10,
+           "local-steps": 20, "batch-size": 32, "lr": 0.05, "fraction-train": 1.0, "fraction-evaluate": 1.0,
+           "checkpoint-every": 0, "seed": 0, "num-threads": 1, "central-eval": True,
+           "max-empty-rounds": 0}  # a diverged model's NaN replies are dropped: the table records, not stops
+#: the CI scale: the offline synthetic data split IID as the page's MNIST (its natural clients differ, so
+#: 3 silent clients alone would cost points), 4 rounds of 5 steps
+SMALL = {**SETTING, "dataset": "synthetic", "num-server-rounds": 4, "local-steps": 5}
+#: per strategy: what it needs of the setting (FedALS averages its body every 2 rounds)
+EXTRA = {"fedals": {"fedals.alpha": 2}}
+#: strategies measured on the clients' own models (HCCT's central model exists only while it keeps one group)
+PERSONAL = ("hcct", "pefll")
+STRATEGIES = ("fedavg", "scaffold", "fedsmoo", "fedals", "hcct", "pefll")
+ATTACKS = ("negate", "sign-flip", "noise", "scale", "alie")
+#: robust options, each on its own; "default" is the run config's defaults (the norm screen at 3),
+#: "none" the plain mean. The trim fraction 0.4 and Multi-Krum's f (the true attacker count) and
+#: m = n - f (set per fraction below) were set before any run.
+OPTIONS = {
+    "default": {},
+    "default + direction": {"screen-direction": True},
+    "none": {"screen-factor": 0.0, "screen-direction": False},  # the plain mean
+    "median": {"screen-factor": 0.0, "screen-direction": False, "aggregation": "median"},
+    "trimmed-mean": {"screen-factor": 0.0, "screen-direction": False, "aggregation": "trimmed-mean",
+                         "trim-fraction": 0.4},
+    "multi-krum": {"screen-factor": 0.0, "screen-direction": False, "aggregation": "krum"},
+}
+
+
+def accuracy(strategy, attackers=()) -> float | None:
+    """The final central accuracy, or for the PERSONAL strategies the mean of the last evaluation's
+    client accuracies over the clients that are not ``attackers``."""
+    last = strategy.history[-1]
+    value = None if strategy.cfg.strategy in PERSONAL else last.get("central-accuracy")
+    if value is None:
+        per_client = last.get("fed-client-accuracy") or {pid: m["accuracy"] for pid, _, m in strategy.client_evals}
+        accs = [a for pid, a in per_client.items() if int(pid) not in attackers]
+        value = sum(accs) / len(accs) if accs else None
+    return None if value is None or not math.isfinite(value) else round(float(value), 4)
+
+
+def run_config(setting: dict, strategy: str, option: str, attack: str | None, fraction: float) -> dict:
+    cfg = {**setting, **EXTRA.get(strategy, {}), **OPTIONS[option], "strategy": strategy,
+           "fault-fraction": fraction if attack else 0.0, "fault-kind": attack or "raise",
+           "run-name": f"{strategy}-{option}-{attack}-{fraction}"}
+    if strategy == "pefll":
+        cfg["pefll.k"] = setting["local-steps"]
+    if cfg.get("aggregation") == "krum":
+        f = int(round(fraction * cfg["num-clients"]))
+        cfg.update({"krum-byzantine": f, "krum-select": cfg["num-clients"] - f})
+    return cfg
+
+
+def table(setting: dict, results_dir: str, strategies=STRATEGIES, attacks=ATTACKS, options=tuple(OPTIONS),
+          fractions=(0.3, 0.6), out: Path | None = None) -> list[dict]:
+    """One row per (strategy, option, attack, fraction), plus each strategy's runs without attackers
+    (attack None) with the plain mean and with the default options; ``clean`` is the latter's accuracy
+    over the row's honest clients (the global test set where there is one model), ``drop`` it less
+    the row's accuracy over the same clients."""
+    rows: list[dict] = []
+    clean: dict[tuple[str, str], object] = {}  # the runs without attackers
+    for fraction in fractions:  # every strategy at one fraction before the next fraction
+        for strategy in strategies:
+            if (strategy, "default") not in clean:
+                for option in ("none", "default"):
+                    clean[strategy, option] = run_local({**run_config(setting, strategy, option, None, 0.0),
+                                                         "results-dir": results_dir})
+                    rows.append({"strategy": strategy, "option": option, "attack": None, "attackers": 0.0,
+                                 "accuracy": accuracy(clean[strategy, option])})
+            for attack in attacks:
+                cfg = run_config(setting, strategy, "default", attack, fraction)
+                bad = faulty_partitions(parse_run_config(cfg))
+                base = accuracy(clean[strategy, "default"], bad)  # over the same honest clients
+                for option in options:
+                    t0 = time.time()
+                    acc = accuracy(run_local({**run_config(setting, strategy, option, attack, fraction),
+                                              "results-dir": results_dir}), bad)
+                    rows.append({"strategy": strategy, "option": option, "attack": attack, "attackers": fraction,
+                                 "accuracy": acc, "clean": base,
+                                 "drop": None if acc is None or base is None else round(base - acc, 4),
+                                 "seconds": round(time.time() - t0, 1)})
+                    if out is not None:
+                        out.write_text(json.dumps({"setting": setting, "rows": rows}, indent=1) + "\n")
+                    print(rows[-1], flush=True)
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--results-dir", required=True)
+    p.add_argument("--small", action="store_true", help="the CI scale (synthetic data, 4 rounds)")
+    p.add_argument("--strategies", default=",".join(STRATEGIES))
+    p.add_argument("--attacks", default=",".join(ATTACKS))
+    p.add_argument("--options", default=",".join(OPTIONS), help="comma-separated names of OPTIONS")
+    p.add_argument("--fractions", default="0.3,0.6")
+    p.add_argument("--rounds", type=int, default=0, help="num-server-rounds (0: the setting's)")
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    setting = dict(SMALL if a.small else SETTING)
+    if a.rounds:
+        setting["num-server-rounds"] = a.rounds
+    table(setting, a.results_dir, a.strategies.split(","), a.attacks.split(","), a.options.split(","),
+          [float(f) for f in a.fractions.split(",")], a.out)
+
+
+if __name__ == "__main__":
+    main()

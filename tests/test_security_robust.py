@@ -1,0 +1,180 @@
+"""Robust aggregation on every strategy, and the default defence against poisoned replies
+(``aggregation`` in strategies/base.py, the defence in strategies/driver.py, attacks in fedapp/faults.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+
+from fedapp import checkpoint, faults, preflight, registry
+from fedapp.config import ConfigError, parse_run_config
+from fedapp.client_app import app
+from fedapp.inprocess import InProcessGrid, run_local
+from fedapp.server_app import build_strategy
+from strategies.driver import ClientInfo, Reply
+from simulations import attacks
+from test_reliability import EXTRA, config, image_tree, run  # noqa: F401
+
+#: what keeps each strategy's run small and makes it combine something in two rounds
+SMALL = {**EXTRA, "pefll": {**EXTRA["pefll"], "num-server-rounds": 2},
+         "pfedhn": {"model": "lenet", "dataset": "imagefolder", "partition": "iid", "pfedhn.k": 2,
+                    "num-server-rounds": 2},
+         "fedals-scaffold": EXTRA["fedals"]}
+#: checkpointed state that is no combination of replies: HCCT's last update of each client as it
+#: sent it, PeFLL's descriptor standardisation (fixed by the first descriptor)
+OWN = ("updates", "v_stats")
+
+
+def state_tensors(strategy) -> dict[str, list[torch.Tensor]]:
+    """Every checkpointed attribute that holds tensors, as its tensors in a fixed order."""
+    out = {}
+    for name in checkpoint.attrs_of(strategy):
+        found: list[torch.Tensor] = []
+
+        def walk(v):
+            if isinstance(v, torch.Tensor):
+                found.append(v)
+            elif isinstance(v, dict):
+                for k in sorted(v, key=str):
+                    walk(v[k])
+            elif isinstance(v, (list, tuple)):
+                for x in v:
+                    walk(x)
+        walk(checkpoint._pack(getattr(strategy, name)))
+        if found:
+            out[name] = found
+    return out
+
+
+def same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("name", sorted(registry.algorithms()))
+def test_every_strategy_honours_aggregation(name, config, image_tree):
+    """Every state a strategy combines from replies (model, control variates, duals, perturbation,
+    Adam moments, cluster, group and body models, hypernetwork and embedding networks) comes out
+    of a median run different from the mean run wherever the mean run changed it; a strategy that
+    combines nothing refuses the option at preflight in one line. Every such state goes through
+    ``FedStrategy.combine``, so the other options (trimmed mean, Krum: tests/test_security.py) reach
+    it the same way."""
+    small = {**SMALL.get(name, {}), "num-clients": 4, "min-train-nodes": 2}
+    if small.get("dataset") == "imagefolder":
+        small["data-dir"] = str(image_tree)
+    robust = config(name, **small, aggregation="median")
+    spec = registry.get(name).strategy
+    if spec.robust_refusal:
+        with pytest.raises(ConfigError, match=f"'aggregation' = 'median' is invalid for strategy '{name}'"):
+            preflight.check(robust)
+        preflight.check(config(name, **small))  # the plain mean is fine
+        return
+    preflight.check(robust)
+    mean = state_tensors(run(config(name, **small))[0])
+    initial = state_tensors(build_strategy(parse_run_config(config(name, **small))))
+    got = state_tensors(run(robust)[0])
+    changed = [a for a in mean if a not in OWN and (a not in initial or not same(mean[a], initial[a]))]
+    assert changed, "the mean run changed nothing"
+    assert [a for a in changed if same(got[a], mean[a])] == []
+
+
+# ---- the default defence -----------------------------------------------------------------------
+def small(tmp_path, strategy="fedavg", option="default", attack=None, fraction=0.0, **kw):
+    return {**attacks.run_config(attacks.SMALL, strategy, option, attack, fraction),
+            "results-dir": str(tmp_path), **kw}
+
+
+def test_attacks_change_the_update_as_documented(tmp_path):
+    """Each attack's reply, against the same client's honest one: reference + (factor) u, noise of
+    the reply's own norm, and the shift of "a little is enough" by z |u| with Baruch et al.'s z."""
+    cfg = parse_run_config(small(tmp_path, attack="alie", fraction=0.3))
+    InProcessGrid(app, 2, small(tmp_path))  # sets the task identity that Flower messages carry
+    assert faults.alie_z(cfg) == pytest.approx(0.5244, abs=1e-4)  # n = 10, f = 3: s = 3, Phi^-1(0.7)
+    ref = np.array([1.0, -2.0, 3.0, 0.5], dtype=np.float32)
+    honest = np.array([1.5, -2.5, 3.0, 0.0], dtype=np.float32)
+    u = honest.astype(np.float64) - ref
+
+    def attacked(kind):
+        received = Message(RecordDict({"arrays": ArrayRecord({"w": Array(ref)}),
+                                       "config": ConfigRecord({"server-round": 2, "partition-id": 1})}),
+                           dst_node_id=1, message_type=MessageType.TRAIN)
+        reply = Message(RecordDict({"arrays": ArrayRecord({"w": Array(honest.copy())}),
+                                    "metrics": MetricRecord({"num-examples": 5})}), reply_to=received)
+        faults.poison(reply, received, kind, cfg)
+        return reply.content["arrays"]["w"].numpy().astype(np.float64)
+
+    for kind, factor in (("negate", -10.0), ("sign-flip", -1.0), ("scale", 1e30)):
+        np.testing.assert_allclose(attacked(kind), (ref + factor * u).astype(np.float32), rtol=1e-6)
+    np.testing.assert_allclose(attacked("alie"), ref + u - faults.alie_z(cfg) * np.abs(u), rtol=1e-6)
+    noise = attacked("noise") - ref
+    assert np.linalg.norm(noise) == pytest.approx(np.linalg.norm(honest), rel=1e-5)
+    np.testing.assert_array_equal(attacked("noise") - ref, noise)  # seeded by (seed, round, partition)
+
+
+_clean: dict[str, float] = {}
+
+
+def clean_accuracy(tmp_path) -> float:
+    if "fedavg" not in _clean:
+        _clean["fedavg"] = attacks.accuracy(run_local(small(tmp_path / "clean")))
+    return _clean["fedavg"]
+
+
+SIGN_FLIP = pytest.mark.xfail(strict=True, reason="a sign flip passes the norm screen: 3 of 10 flipped updates leave "
+                              "the mean 4/10 of its step (docs/reliability.md)")
+
+
+@pytest.mark.parametrize("attack", [pytest.param(a, marks=SIGN_FLIP) if a == "sign-flip" else a
+                                    for a in attacks.ATTACKS])
+def test_default_contains_30pct_attackers(attack, tmp_path):
+    """FedAvg on 10 IID synthetic clients, 4 rounds of 5 steps: with 3 attackers, the default options
+    (no attacker count given) end within 5 points of the run without attackers."""
+    got = attacks.accuracy(run_local(small(tmp_path, attack=attack, fraction=0.3)))
+    assert got is not None and clean_accuracy(tmp_path) - got <= 0.05
+
+
+def test_the_direction_screen_drops_sign_flips(tmp_path):
+    """screen-direction (off by default) drops exactly the 3 flipped updates each round, which the
+    norm screen lets through."""
+    strategy = run_local(small(tmp_path, attack="sign-flip", fraction=0.3, **{"screen-direction": True}))
+    assert [dict(r["dropped-reasons"]) for r in strategy.history[1:]] == [{"against-median": 3}] * 4
+    assert clean_accuracy(tmp_path) - attacks.accuracy(strategy) <= 0.05
+
+
+def test_clip_median_scales_updates_to_the_median_norm(tmp_path):
+    """clip-median 1: updates longer than the lower median norm (here 1.0, of norms 0.5, 1, 5) are
+    scaled down to it against what was sent; the others pass unchanged."""
+    strategy = build_strategy(parse_run_config(small(tmp_path, **{"clip-median": 1.0, "screen-factor": 0.0})))
+    strategy.clients = {p: ClientInfo(101 + p, 10, 2, False) for p in range(3)}
+    sent = {"arrays": {"w": torch.tensor([1.0, 1.0])}}
+    strategy.driver.sent = dict.fromkeys(range(3), sent)
+    ups = ([3.0, 4.0], [0.6, 0.8], [0.5, 0.0])
+    out = strategy.driver.robust([Reply(p, {"arrays": {"w": 1.0 + torch.tensor(u)}}, {}) for p, u in enumerate(ups)])
+    assert torch.allclose(out[0].payload["arrays"]["w"], torch.tensor([1.6, 1.8]))  # 1 + (3, 4) / 5
+    assert torch.equal(out[1].payload["arrays"]["w"], 1.0 + torch.tensor([0.6, 0.8]))
+    assert torch.equal(out[2].payload["arrays"]["w"], torch.tensor([1.5, 1.0]))
+
+
+def test_the_default_leaves_honest_runs_alone_and_the_attack_is_real(tmp_path):
+    """Without attackers the defaults give the plain mean's run bit for bit; with 3 clients sending
+    -10x their update the plain mean ends far below it."""
+    clean = run_local(small(tmp_path / "clean"))
+    plain = run_local(small(tmp_path / "plain", option="none"))
+    assert [r["central-accuracy"] for r in clean.history] == [r["central-accuracy"] for r in plain.history]
+    assert all(torch.equal(clean.global_state[k], v) for k, v in plain.global_state.items())
+    ruined = attacks.accuracy(run_local(small(tmp_path / "ruined", option="none", attack="negate", fraction=0.3)))
+    assert ruined is None or attacks.accuracy(clean) - ruined > 0.2
+
+
+def test_attack_table_runs_at_the_ci_scale(tmp_path):
+    """The attack table's script at the CI scale: its rows, and drop = clean accuracy - accuracy."""
+    setting = {**attacks.SMALL, "num-server-rounds": 2}
+    out = tmp_path / "attacks.json"
+    rows = attacks.table(setting, str(tmp_path / "runs"), ["scaffold"], ["sign-flip"], ["default", "median"], [0.6], out)
+    assert [(r["option"], r["attack"], r["attackers"]) for r in rows] == [
+        ("none", None, 0.0), ("default", None, 0.0), ("default", "sign-flip", 0.6), ("median", "sign-flip", 0.6)]
+    assert all(r["drop"] == round(rows[1]["accuracy"] - r["accuracy"], 4) for r in rows[2:])
+    assert json.loads(out.read_text())["rows"] == rows
