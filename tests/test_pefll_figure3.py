@@ -17,9 +17,9 @@ FOLDER = Path(__file__).resolve().parents[1] / "simulations" / "pefll"
 
 
 def test_spearman_is_pearson_of_tie_averaged_ranks():
-    # no ties: 1 - 6 sum d^2 / (n (n^2 - 1)), d the rank differences (0, 2, -1, -1 here)
+    # no ties: 1 - 6 sum d^2 / (n (n^2 - 1)), d the rank differences: ranks (1, 0, 2, 3), (1, 3, 0, 2)
     assert figure3.spearman(np.array([3.0, 1, 4, 5]), np.array([2.0, 9, 1, 3])) == pytest.approx(
-        1 - 6 * (1 + 4 + 4 + 1) / (4 * 15))
+        1 - 6 * (0 + 9 + 4 + 1) / (4 * 15))
     # ties share their mean rank: ranks (0, 1.5, 1.5, 3) and (0, 2, 1, 3) -> 4.5 / sqrt(4.5 * 5)
     np.testing.assert_array_equal(figure3.ranks(np.array([1.0, 2, 2, 3])), [0, 1.5, 1.5, 3])
     assert figure3.spearman(np.array([1.0, 2, 2, 3]), np.array([1.0, 3, 2, 4])) == pytest.approx(4.5 / np.sqrt(22.5))
@@ -49,7 +49,7 @@ def test_curve_from_descriptors_npz(tmp_path):
     hist[:, 0] += 1
     pi = hist / hist.sum(1, keepdims=True)
     new = np.arange(12) % 4 == 0
-    v = np.stack([rng.normal(size=(12, 3)), np.c_[pi, pi[:, :1]] * 2])
+    v = np.stack([rng.normal(size=(12, 5)), np.c_[pi, pi[:, :1]] * 2])
     np.savez(tmp_path / "descriptors.npz", round=np.array([5, 10]), v=v, pid=np.arange(12), new=new, hist=hist)
     (first, r1), (second, r2) = figure3.curve(tmp_path / "descriptors.npz")
     assert (first, second) == (5, 10)
