@@ -5,16 +5,15 @@ import pytest
 import torch
 
 from clients.pefll import PeFLLClient, descriptor
-from fedapp.client_app import app
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.experiment import client_data, dataset, model_for
 from fedapp.hypernetworks import LSTMEmbedding, embedding_network
-from fedapp.inprocess import InProcessGrid, run_local
+from fedapp.inprocess import run_local
 from fedapp.models import param_count
 from simulations.pefll.tables import PAPER, traffic_curves
 from simulations.run import read
 from strategies.pefll import PeFLL, embed_dim
-from test_reliability import Crash, CrashingGrid, same_rows, tensors
+from test_reliability import test_interrupted_run_resumed_from_checkpoint_equals_uninterrupted as resumes_exactly
 from test_shakespeare import made_up_play
 
 FOLDER = PAPER.folder / "shakespeare"
@@ -77,26 +76,11 @@ def test_evaluation_descriptor_on_a_subset(play_config):
     assert not torch.allclose(want, every)
 
 
-def test_shakespeare_run_is_seeded_and_resumes_exactly(play_config, tmp_path):
-    """The LSTM embedding's code path passes what every strategy does: the same seed gives the same
-    rows and networks, and a run stopped before step 3 and resumed from its checkpoint ends as the
-    uninterrupted one."""
-    full = run_local({**play_config, "run-name": "full"})
-    again = run_local({**play_config, "run-name": "again"})
-    assert same_rows(full.history, again.history)
-    assert full.history[-1]["fed-unseen-accuracy"] >= 0 and full.history[-1]["train-loss"] > 0
-    assert all(torch.equal(a, b) for a, b in zip(tensors(full), tensors(again), strict=True))
-
-    grid = CrashingGrid(app, 4, play_config, at=3)
-    with pytest.raises(Crash):
-        run_local(play_config, grid=grid)
-    resumed_cfg = {**play_config, "resume-from": str(tmp_path / "results" / "r")}
-    grid2 = InProcessGrid(app, 4, resumed_cfg)
-    for node, ctx in grid2.contexts.items():
-        ctx.state = grid.contexts[node].state
-    resumed = run_local(resumed_cfg, grid=grid2)
-    assert same_rows(resumed.history, full.history)
-    assert all(torch.equal(a, b) for a, b in zip(tensors(resumed), tensors(full), strict=True))
+def test_shakespeare_run_resumes_exactly(play_config, tmp_path, monkeypatch):
+    """The LSTM embedding's code path passes what every strategy does: a run stopped before step 3 and
+    resumed from its checkpoint ends, rows and networks, as the uninterrupted run of the same seed
+    (the robustness suite's own test, on this setting)."""
+    resumes_exactly("pefll", 1, 3, lambda name, **kw: {**play_config, **kw}, tmp_path, monkeypatch)
 
 
 def test_traffic_curves_sum_the_training_bytes_to_each_evaluation():
