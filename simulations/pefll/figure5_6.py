@@ -48,12 +48,13 @@ def main() -> None:
                                   color=f"C{i}", label=m)
         for row, (fig_no, xlabel) in enumerate(((5, "training step"), (6, "training traffic (GB, both ways)"))):
             ax = axes[row][col]
-            ax.set_title(f"Figure {fig_no}: {who} clients. {READING[fig_no]}", fontsize=7)
+            ax.set_title(f"Figure {fig_no}, {who} clients", fontsize=8)
             ax.set_xlabel(xlabel)
             ax.set_ylabel(f"{who} clients, test accuracy (%)")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
-    fig.suptitle("PeFLL on Shakespeare (next character), ours at scale cpu", fontsize=9)
+    fig.suptitle("PeFLL on Shakespeare (next character), ours at scale cpu; " + READING[5] + "\n" + READING[6],
+                 fontsize=8)
     fig.tight_layout()
     fig.savefig(HERE / "figure5-6.png", dpi=100, metadata={"Software": None})
     plt.close(fig)
