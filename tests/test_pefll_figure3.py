@@ -60,7 +60,8 @@ def test_curve_from_descriptors_npz(tmp_path):
 def test_figure3_setting_is_the_papers_client_construction():
     """Section 4: Dir(0.1) class proportions, datasets drawn to them, a random 10% unseen, 100 clients."""
     cfg = parse_run_config(read(FOLDER / "figure3-cifar10-100c" / "pefll.toml"))
-    assert (cfg.partition, cfg.partition_alpha, cfg.num_clients, cfg.unseen_fraction) == ("dirichlet-hsu", 0.1, 100, 0.1)
+    got = (cfg.partition, cfg.partition_alpha, cfg.num_clients, cfg.unseen_fraction)
+    assert got == ("dirichlet-hsu", 0.1, 100, 0.1)
     assert cfg.strategy == "pefll" and cfg.fraction_evaluate == 1.0  # every client's descriptor, every evaluation
 
 
