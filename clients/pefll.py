@@ -106,8 +106,10 @@ class PeFLLClient(FedClient):
         if config.get("phase") == "descriptor":
             phi = self.embedding(config)
             phi.load_state_dict(payload["eta_v"])
+            size = int(config.get("eval-descriptor-examples", 0))  # 0: every training example
+            idx = self.descriptor_batch(int(config["server-round"]), size) if size else None
             with torch.no_grad():
-                v = descriptor(phi, *self.batch_tensors())
+                v = descriptor(phi, *self.batch_tensors(idx))
             hist = torch.bincount(self.data.train_y, minlength=self.data.num_classes)
             return {"v": {"v": v.cpu(), "hist": hist}}, {"num-examples": len(self.data.train_y)}
         self.load_tensors(payload["theta"])

@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedapp.models import LeNet
+from fedapp.models import LSTM, LeNet
 from fedapp.records import Tensors
 
-EMBEDDINGS = ("cnn", "label", "unlabeled")
+EMBEDDINGS = ("cnn", "label", "unlabeled", "lstm")
 
 
 class CNNEmbedding(nn.Module):
@@ -56,10 +56,26 @@ class FeatureEmbedding(nn.Module):
         return self.fc(torch.cat(parts, 1))
 
 
+class LSTMEmbedding(nn.Module):
+    """phi(x, y) on character windows (PeFLL's Shakespeare experiment: "the LSTM model from Caldas et al.
+    as the embedding network"): LEAF's LSTM with l outputs, read over the window followed by its label
+    character, so a labelled example is one text of len(x) + 1 characters."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, dim: int):
+        super().__init__()
+        self.net = LSTM(input_shape, dim, vocab_size=num_classes)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([x.long(), y.long()[:, None]], 1))
+
+
 def embedding_network(kind: str, input_shape: tuple[int, ...], num_classes: int, dim: int) -> nn.Module:
-    """phi of ``pefll.embedding`` for inputs of ``input_shape``: images (C, H, W) or anything else."""
+    """phi of ``pefll.embedding`` for inputs of ``input_shape``: images (C, H, W) or anything else;
+    ``lstm`` for next-token tasks, whose labels are token ids (classes = vocabulary)."""
     if kind == "label":
         return LabelEmbedding(input_shape, num_classes, dim)
+    if kind == "lstm":
+        return LSTMEmbedding(input_shape, num_classes, dim)
     if len(input_shape) != 3:
         return FeatureEmbedding(input_shape, num_classes, dim, labels=kind == "cnn")
     return CNNEmbedding(input_shape, num_classes, dim, labels=kind == "cnn")

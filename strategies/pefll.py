@@ -62,10 +62,13 @@ class PeFLL(FedStrategy):
         Key("lambda-theta", float, 0.0, "L2 weight lambda_theta of the client model in local SGD.", low=0.0),
         Key("embedding", str, "cnn", "phi: cnn (image + one-hot label channels; on feature vectors a linear "
             "map of the features and the one-hot label), label (linear in the one-hot label), unlabeled (cnn on "
-            "the image, or linear in the features, only).", EMBEDDINGS),
+            "the image, or linear in the features, only), lstm (LEAF's LSTM over a character window followed by "
+            "its label character: next-character data such as shakespeare).", EMBEDDINGS),
         Key("embed-dim", int, 0, "Descriptor size l; 0 means num-clients/4 (the paper; the authors' code "
             "uses 1 + num-clients/4).", low=0),
         Key("descriptor-batch", int, 32, "Examples in the batch B a training descriptor is computed on.", low=1),
+        Key("eval-descriptor-examples", int, 0, "Random training examples an evaluation descriptor (Algorithm 1) "
+            "is computed on; 0: all of the client's training examples.", low=0),
         Key("server-opt", str, "delta", "delta: the paper's update; adam: the authors' code's Adam on the "
             "averaged deltas; sgd: SGD with server-momentum on them (pFedHN's code).", ("delta", "adam", "sgd")),
         Key("server-lr", float, 2e-4, "Learning rate of server-opt adam or sgd.", low=0.0, low_open=True),
@@ -107,6 +110,10 @@ class PeFLL(FedStrategy):
 
     def build_embedding(self) -> torch.nn.Module:
         ds = self.dataset
+        if self.cfg.algo("embedding") == "lstm" and ds.vocab_size != ds.num_classes:
+            raise ConfigError(f"run config 'pefll.embedding' = 'lstm' reads an example's label as the next token: it "
+                              f"needs next-token data (labels = the vocabulary, e.g. shakespeare), not "
+                              f"{self.cfg.dataset!r}")
         return embedding_network(self.cfg.algo("embedding"), ds.input_shape, ds.num_classes, embed_dim(self.cfg))
 
     @classmethod
@@ -131,7 +138,8 @@ class PeFLL(FedStrategy):
     def phase_config(self, server_round: int) -> dict:
         cfg = self.cfg
         return {**self.sgd_config(), "embed-dim": embed_dim(cfg), "embedding": cfg.algo("embedding"),
-                "descriptor-batch": cfg.algo("descriptor-batch")}
+                "descriptor-batch": cfg.algo("descriptor-batch"),
+                "eval-descriptor-examples": cfg.algo("eval-descriptor-examples")}
 
     def sgd_config(self) -> dict:
         """The clients' local SGD: the client settings with PeFLL's own k steps of size beta, momentum,
