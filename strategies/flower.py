@@ -116,7 +116,6 @@ class FlowerStrategy(FedStrategy):
         self.flower = self.flower_class(**own, **{k: v for k, v in FEDAPP_ARGS.items() if k in params},
                                         **{k: cfg[key] for k, key in FROM_RUN_CONFIG.items() if k in params})
         self.flower_config: dict[str, Any] = {}  # what Flower's configure_train adds to this round's config
-        self._fixed = set(vars(self.flower))  # the arguments; what else it keeps is its state
 
     @classmethod
     def check_config(cls, cfg):
@@ -128,8 +127,9 @@ class FlowerStrategy(FedStrategy):
     @property
     def flower_state(self) -> dict[str, Any]:
         """What Flower's strategy keeps between rounds (the round's model, FedOpt's moments,
-        FedAvgM's momentum): checkpoints carry it."""
-        return {k: v for k, v in vars(self.flower).items() if k not in self._fixed}
+        FedAvgM's momentum): every attribute but its constructor's arguments. Checkpoints carry it."""
+        arguments = inspect.signature(self.flower_class.__init__).parameters
+        return {k: v for k, v in vars(self.flower).items() if k not in arguments}
 
     @flower_state.setter
     def flower_state(self, state: dict[str, Any]) -> None:
