@@ -15,6 +15,7 @@ reply counts are fedapp's common keys (``fraction-train``, ``min-train-nodes``).
 from __future__ import annotations
 
 import inspect
+import logging
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -136,9 +137,16 @@ class FlowerStrategy(FedStrategy):
         vars(self.flower).update(state)
 
     def begin_train(self, server_round, grid):
-        """Flower's ``configure_train`` on the global model, for its config and what it remembers."""
-        msgs = list(self.flower.configure_train(server_round, to_record(self.global_state), ConfigRecord(),
-                                                _Sampled([c.node_id for c in self.clients.values()][:1])))
+        """Flower's ``configure_train`` on the global model, for its config and what it remembers (its
+        log of sampling the one node it is shown is left out: fedapp samples)."""
+        logger = logging.getLogger("flwr")
+        level = logger.level
+        logger.setLevel(logging.WARNING)
+        try:
+            msgs = list(self.flower.configure_train(server_round, to_record(self.global_state), ConfigRecord(),
+                                                    _Sampled([c.node_id for c in self.clients.values()][:1])))
+        finally:
+            logger.setLevel(level)
         self.flower_config = {k: v for k, v in msgs[0].content["config"].items() if k != "server-round"}
 
     def train_config(self, pid, server_round):
