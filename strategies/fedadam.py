@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
-from flwr.app import Message, MessageType
 from flwr.serverapp.strategy import FedAdam as FlowerFedAdam
 
 from clients.fedavg import FedAvgClient
 from fedapp.config import Key
-from fedapp.records import make_content
 from strategies.base import LR_DECAY, FedStrategy
+from strategies.flower import as_tensors, flower_replies
 
 
 class FedAdam(FedStrategy):
@@ -42,14 +40,10 @@ class FedAdam(FedStrategy):
                             beta_2=self.cfg.algo("beta-2"), tau=self.cfg.algo("tau"))
         opt.current_arrays = {k: v.numpy() for k, v in self.global_state.items()}
         opt.m_t, opt.v_t = self.m_t, self.v_t
-        msgs = [Message(make_content({"arrays": r.payload["arrays"]},
-                                     metrics={"num-examples": r.num_examples}),
-                        dst_node_id=self.clients[r.pid].node_id, message_type=MessageType.TRAIN)
-                for r in replies]
+        msgs = flower_replies(replies, {pid: c.node_id for pid, c in self.clients.items()})
         arrays, _ = opt.aggregate_train(server_round, msgs)
         self.m_t, self.v_t = opt.m_t, opt.v_t
-        self.global_state = {k: torch.from_numpy(np.asarray(a.numpy())).to(self.global_state[k].dtype)
-                             for k, a in arrays.items()}
+        self.global_state = as_tensors(arrays, self.global_state)
 
 
 ALGORITHMS = {"fedadam": (FedAdam, FedAvgClient)}

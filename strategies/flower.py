@@ -20,8 +20,6 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
-import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType
 from flwr.serverapp import Grid
 from flwr.serverapp import strategy as flower_strategies
@@ -59,7 +57,7 @@ def flower_replies(replies: list[Reply], node_ids: dict[int, int]) -> list[Messa
 
 def as_tensors(arrays: ArrayRecord, like: Tensors) -> Tensors:
     """A Flower ``ArrayRecord`` as tensors of the dtypes of ``like`` (Flower computes in NumPy)."""
-    return {k: torch.from_numpy(np.asarray(v)).to(like[k].dtype) for k, v in from_record(arrays).items()}
+    return {k: v.to(like[k].dtype) for k, v in from_record(arrays).items()}
 
 
 class _Sampled(Grid):
