@@ -6,21 +6,8 @@ local body, PeFLL's embeddings. The functions here run that update for a message
 ``@app.train()`` / ``@app.evaluate()`` with your model and your data, keep the client's state in
 ``context.state`` (versioned by round, as fedapp's own ClientApp keeps it) and return the reply
 the strategy expects. fedapp's own ClientApp (``fedapp.client_app``) answers with the same
-``answer_train`` / ``answer_evaluate``, only on the data and model its run config names::
-
-    app = ClientApp()
-
-    @app.query()
-    def query(msg, context):
-        return library.query("fedsmoo", msg, context, *load_data(context))
-
-    @app.train()
-    def train(msg, context):
-        return library.train("fedsmoo", msg, context, Net(), *load_data(context))
-
-    @app.evaluate()
-    def evaluate(msg, context):
-        return library.evaluate("fedsmoo", msg, context, Net(), *load_data(context))
+``answer_train`` / ``answer_evaluate``, only on the data and model its run config names. A
+ClientApp of three such calls (``query``, ``train``, ``evaluate``): docs/flower-library.md.
 
 Every setting of the update (learning rate, batch size, local steps, the algorithm's own such as
 FedSMOO's ``rho``) comes with the message, from the server's strategy. The node config names the
