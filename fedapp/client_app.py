@@ -266,30 +266,38 @@ def _reply(msg: Message, payload: Payload, metrics: dict, pid: int) -> Message:
     return Message(make_content(payload, metrics={**metrics, "partition-id": pid, **bound}), reply_to=msg)
 
 
-@app.query()
-def query(msg: Message, context: Context) -> Message:
-    """Discovery: the partition id and split sizes this node serves. At the end of a run
-    (``end-of-run``): the run's client state removed, and the number of files that went."""
-    cfg = parse_run_config(context.run_config)
+def answer_query(msg: Message, context: Context, cfg: RunConfig, sizes) -> Message:
+    """Discovery: the partition id this node serves and ``sizes()`` (its split sizes). At the end of a
+    run (``end-of-run``): the run's client state removed, and the number of files that went."""
     pid = partition_id(context)
     config = _config(msg)
     if config.get("end-of-run"):
         keep = int(config["state-round"]) if config.get("keep-client-state") else None
         return _reply(msg, {}, {"removed-files": end_of_run(context, cfg, run_key(msg), keep)}, pid)
-    data = cached_client_data(cfg, pid, context.node_config.get("data-dir") or None)
-    sizes = {"num-train": len(data.train_y), "num-test": len(data.test_y)}
-    if "num-partitions" in context.node_config:  # simulated partitions: the server checks num-clients
-        sizes["num-partitions"] = int(context.node_config["num-partitions"])
-    return _reply(msg, {}, sizes, pid)
+    return _reply(msg, {}, sizes(), pid)
 
 
-@app.train()
-def train(msg: Message, context: Context) -> Message:
-    """Local training from the state version the message names; the new state is committed as
-    this round's version, and the reply's ``state-round`` tells the server which one that is."""
+@app.query()
+def query(msg: Message, context: Context) -> Message:
+    """``answer_query`` with the sizes of the run config's partition."""
     cfg = parse_run_config(context.run_config)
+
+    def sizes() -> dict[str, int]:
+        data = cached_client_data(cfg, partition_id(context), context.node_config.get("data-dir") or None)
+        out = {"num-train": len(data.train_y), "num-test": len(data.test_y)}
+        if "num-partitions" in context.node_config:  # simulated partitions: the server checks num-clients
+            out["num-partitions"] = int(context.node_config["num-partitions"])
+        return out
+
+    return answer_query(msg, context, cfg, sizes)
+
+
+def answer_train(msg: Message, context: Context, cfg: RunConfig, client_for) -> Message:
+    """A training message answered by the client ``client_for(state)`` builds from the state version
+    the message names; the new state is committed as this round's version, and the reply's
+    ``state-round`` tells the server which one that is."""
     state, extra = message_state(msg, context, cfg)
-    client = make_client(cfg, context, state)
+    client = client_for(state)
     config = _config(msg)
     payload, metrics = client.fit(payload_of(msg.content), config)
     if client.state:
@@ -299,10 +307,22 @@ def train(msg: Message, context: Context) -> Message:
     return _reply(msg, payload, {**metrics, **extra}, client.data.pid)
 
 
+def answer_evaluate(msg: Message, context: Context, cfg: RunConfig, client_for) -> Message:
+    """An evaluation message answered by the client ``client_for(state)`` builds (as ``answer_train``)."""
+    state, extra = message_state(msg, context, cfg)
+    client = client_for(state)
+    payload, metrics = client.evaluate(payload_of(msg.content), _config(msg))
+    return _reply(msg, payload, {**metrics, **extra}, client.data.pid)
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    """Local training of the run config's strategy's client (``answer_train``)."""
+    cfg = parse_run_config(context.run_config)
+    return answer_train(msg, context, cfg, lambda state: make_client(cfg, context, state))
+
+
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
     cfg = parse_run_config(context.run_config)
-    state, extra = message_state(msg, context, cfg)
-    client = make_client(cfg, context, state)
-    payload, metrics = client.evaluate(payload_of(msg.content), _config(msg))
-    return _reply(msg, payload, {**metrics, **extra}, client.data.pid)
+    return answer_evaluate(msg, context, cfg, lambda state: make_client(cfg, context, state))

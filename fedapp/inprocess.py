@@ -35,27 +35,14 @@ from flwr.app import Context, Error, Message, MessageType, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.serverapp import Grid
-from flwr.supercore.task_identity import TaskIdentity
 
+from fedapp.compat import decode, encode, set_task_identity, task_identity
 from fedapp.faults import Stalled, simulated_stalls
-
-
-def _encode(content: RecordDict) -> bytes:
-    from flwr.common.serde import recorddict_to_proto
-
-    return recorddict_to_proto(content).SerializeToString()
-
-
-def _decode(blob: bytes) -> RecordDict:
-    from flwr.common.serde import recorddict_from_proto
-    from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
-
-    return recorddict_from_proto(ProtoRecordDict.FromString(blob))
 
 
 def _copy(content: RecordDict) -> RecordDict:
     """A deep copy through serialisation, as a transport would make it."""
-    return _decode(_encode(content))
+    return decode(encode(content))
 
 
 def _call(client_app: ClientApp, msg: Message, context: Context) -> tuple[str, Any]:
@@ -92,7 +79,7 @@ def _init_worker(client_app: ClientApp | str, threads: int, identity: tuple[int,
     if isinstance(client_app, str):
         module, name = client_app.split(":")
         client_app = getattr(importlib.import_module(module), name)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = identity
+    set_task_identity(*identity)
     _WORKER_APP = client_app
     torch.set_num_threads(threads)
 
@@ -111,10 +98,10 @@ def start_method(client_app: ClientApp, run_config: Mapping[str, Any]) -> tuple[
 def _work(blob: bytes, metadata: dict, context: Context) -> tuple[str, Any, Context]:
     """One message in a worker: the content comes and goes serialised, the context goes back
     with the state the client committed."""
-    msg = Message(_decode(blob), dst_node_id=metadata["_dst_node_id"], message_type=metadata["_message_type"])
+    msg = Message(decode(blob), dst_node_id=metadata["_dst_node_id"], message_type=metadata["_message_type"])
     msg.metadata.__dict__.update(metadata)
     kind, out = _call(_WORKER_APP, msg, context)
-    return kind, _encode(out) if kind == "reply" else out, context
+    return kind, encode(out) if kind == "reply" else out, context
 
 
 class InProcessGrid(Grid):
@@ -135,7 +122,7 @@ class InProcessGrid(Grid):
         self.contexts = {101 + i: Context(run_id, 101 + i, dict(c), RecordDict(), self.run_config)
                          for i, c in enumerate(configs)}
         # Messages take their run and source from the process's task identity, as in a ServerApp.
-        TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, run_id, SUPERLINK_NODE_ID
+        set_task_identity(1, run_id, SUPERLINK_NODE_ID)
         self._replies: dict[str, Message] = {}
         #: called with each reply as it is computed (the server spills large ones at once)
         self.on_reply: Callable[[Message], Message] | None = None
@@ -165,7 +152,7 @@ class InProcessGrid(Grid):
             method, app = start_method(self.client_app, self.run_config)
             self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context(method), initializer=_init_worker,
                                              initargs=(app, threads or max(1, cores() // self.workers),
-                                                       (TaskIdentity.task_id, self.run_id, SUPERLINK_NODE_ID)))
+                                                       (task_identity()[0], self.run_id, SUPERLINK_NODE_ID)))
         return self._pool
 
     def close(self) -> None:
@@ -186,7 +173,7 @@ class InProcessGrid(Grid):
             if self.workers > 1:
                 if any(m.metadata.dst_node_id == node for _, m, _ in calls):  # a node's messages in turn
                     calls = self._collect(calls)
-                calls.append((mid, msg, self.pool().submit(_work, _encode(msg.content), dict(msg.metadata.__dict__),
+                calls.append((mid, msg, self.pool().submit(_work, encode(msg.content), dict(msg.metadata.__dict__),
                                                            self.contexts[node])))
                 continue
             incoming = Message(_copy(msg.content), dst_node_id=node, message_type=msg.metadata.message_type)
@@ -200,7 +187,7 @@ class InProcessGrid(Grid):
         """Wait for the workers' replies, in push order, and take back the nodes' contexts."""
         for mid, msg, call in calls:
             kind, out, self.contexts[msg.metadata.dst_node_id] = call.result()
-            self._answer(mid, msg, kind, _decode(out) if kind == "reply" else out)
+            self._answer(mid, msg, kind, decode(out) if kind == "reply" else out)
         return []
 
     def _answer(self, mid: str, msg: Message, kind: str, out: Any) -> None:

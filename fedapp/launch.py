@@ -149,10 +149,10 @@ def app_files(root: Path) -> dict[str, Path]:
     ``root`` but symlinks and what resolves outside it), without walking into the directories that
     .gitignore leaves out, whose files the FAB's rules drop: with the .venv inside the checkout that is
     42,000 files and 2.6 CPU s of `flwr run`'s start, for the same 72 files in the FAB."""
-    from flwr.cli.utils import build_pathspec, load_gitignore_patterns
+    from fedapp.compat import gitignore_matcher
 
     root = root.resolve()
-    ignored = build_pathspec(load_gitignore_patterns(root / ".gitignore"))
+    ignored = gitignore_matcher(root / ".gitignore")
     files: dict[str, Path] = {}
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         rel = Path(dirpath).relative_to(root)
@@ -316,7 +316,7 @@ def run_config_overrides(run_config: str | list[str]) -> dict:
     """The keys ``--run-config`` sets: TOML files (their tables flattened, ``a.b = 1`` as
     ``a.b``) and ``k=v`` pairs, later ones winning, so a file can be combined with overrides:
     ``--run-config "paper.toml num-server-rounds=5"``."""
-    from flwr.common.config import flatten_dict
+    from fedapp.compat import flatten_dict
 
     values: dict = {}
     for arg in [run_config] if isinstance(run_config, str) else run_config:

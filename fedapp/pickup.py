@@ -19,6 +19,8 @@ from logging import INFO
 
 from flwr.common.logger import log
 
+from fedapp.compat import engine_pickup
+
 #: set by ``wake`` after a push, cleared by the scanner before it scans
 _PUSHED = threading.Event()
 #: the scanner thread whose wait is hooked, and its stop event
@@ -27,10 +29,9 @@ _HOOKED: tuple[threading.Thread, threading.Event] | None = None
 
 def _scanner() -> tuple[threading.Thread, threading.Event] | None:
     """Flower's message pick-up thread of this process and its stop event, if one runs."""
-    from flwr.server.superlink.fleet.vce import vce_api
-
+    target = engine_pickup()
     for thread in threading.enumerate():
-        if getattr(thread, "_target", None) is vce_api.add_messages_to_queue:
+        if getattr(thread, "_target", None) is target:
             stop = next((a for a in getattr(thread, "_args", ()) if isinstance(a, threading.Event)), None)
             if stop is not None:
                 return thread, stop

@@ -59,3 +59,14 @@ def _check_prefixes(specs) -> None:
 
 def get(name: str) -> AlgorithmSpec:
     return algorithms()[name]
+
+
+def of(strategy: type) -> AlgorithmSpec:
+    """The registered algorithm whose strategy is the class ``strategy`` (or the nearest registered
+    class it derives from: a user's subclass of a fedapp strategy)."""
+    by_class = {spec.strategy: spec for spec in algorithms().values()}
+    for cls in strategy.__mro__:
+        if cls in by_class:
+            return by_class[cls]
+    raise KeyError(f"{strategy.__name__} is no registered strategy and derives from none")
+

@@ -7,9 +7,9 @@ from logging import INFO, WARNING
 from flwr.app import Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
-from flwr.superlink.grid import InMemoryGrid
 
 from fedapp import checkpoint, preflight, registry, sites
+from fedapp.compat import flower_grids
 from fedapp.config import ConfigError, RunConfig
 from fedapp.experiment import dataset, model_for, partitions
 from fedapp.files import DiskFull
@@ -26,7 +26,7 @@ def simulated(grid: Grid) -> bool:
     contexts = getattr(grid, "contexts", None)  # fedapp.inprocess's InProcessGrid (which imports this module)
     if contexts is not None:
         return all("num-partitions" in c.node_config for c in contexts.values())
-    return isinstance(grid, InMemoryGrid)
+    return isinstance(grid, flower_grids()[1])
 
 
 def build_strategy(cfg: RunConfig):

@@ -58,14 +58,14 @@ def supernode_superlink(pid: int | None = None) -> tuple[str, str | bool] | None
     ``--insecure``); None without such an ancestor or off Linux."""
     try:
         # Flower's own parser, so defaults (address, TLS) are those the SuperNode applied
-        from flwr.supernode.cli.flower_supernode import _parse_args_run_supernode
+        from fedapp.compat import supernode_parser
 
         pid = _ppid(pid or os.getpid())
         while pid > 1:
             argv = _cmdline(pid)
             start = next((i for i, a in enumerate(argv) if Path(a).name == "flower-supernode"), None)
             if start is not None:
-                args, _ = _parse_args_run_supernode().parse_known_args(argv[start + 1:])
+                args, _ = supernode_parser().parse_known_args(argv[start + 1:])
                 cwd = Path(f"/proc/{pid}/cwd").resolve()
                 ca = args.root_certificates and str(cwd / args.root_certificates)
                 verify = False if args.insecure else ca or True

@@ -12,7 +12,10 @@ rule: ``broadcast_payload`` / ``shared_payloads`` / ``client_payload``, ``train_
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import uuid
+from abc import ABCMeta
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
@@ -29,7 +32,8 @@ from flwr.serverapp.strategy import Result, Strategy
 from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
 
 from fedapp.aggregation import coordinate_wise, krum_select, weighted_mean
-from fedapp.config import Key, RunConfig
+from fedapp import registry
+from fedapp.config import COMMON_KEYS, ConfigError, Key, RunConfig, parse_run_config
 from fedapp.data import Dataset
 from fedapp.experiment import round_lr, unseen_clients
 from fedapp.records import Payload, RecordStore, Tensors, from_record, to_record
@@ -47,7 +51,37 @@ CLIENT_SETTINGS = ("batch-size", "local-steps", "local-epochs", "momentum", "wei
                    "augment-recipe", "eval-label-mask")
 
 
-class FedStrategy(Strategy):
+class Settings(ABCMeta):
+    """How every fedapp strategy is built: from a run config, ``FedSMOO(cfg, model)``, or as Flower's
+    strategies are, from keyword arguments named after its settings,
+    ``FedSMOO(model=net, rho=0.1, beta=100.0, fraction_train=0.1)`` (``FedStrategy.run_config``
+    turns them into the same run config). Either way the class's own ``__init__(cfg, model, dataset)``
+    builds it, so a strategy declares its settings once, as ``config_keys``."""
+
+    def __call__(cls, cfg: RunConfig | None = None, model: torch.nn.Module | None = None,
+                 dataset: Dataset | None = None, **settings: Any):
+        if model is None:
+            raise TypeError(f"{cls.__name__}() needs model=: the torch module whose state is the initial global model")
+        return super().__call__(cls.run_config(cfg, **settings), model, dataset)
+
+
+def _parameters_doc(cls: type) -> str:
+    """The NumPy-style Parameters section of a strategy's docstring, from its ``config_keys``."""
+    lines = ["Parameters", "----------",
+             "model : torch.nn.Module", "    Its state is the initial global model (start()'s initial_arrays replace it).",
+             "dataset : fedapp.data.Dataset | None (default: None)",
+             "    The global test set the server evaluates the global model on (central-eval); None: not evaluated.",
+             "cfg : fedapp.config.RunConfig | None (default: None)",
+             "    A run config to start from (the keyword arguments below go over it)."]
+    for key in cls.config_keys:
+        lines += [f"{key.name.replace('-', '_')} : {key.type.__name__} (default: {key.default!r})",
+                  f"    Run config ``{cls.config_prefix}.{key.name}``. {key.doc}"]
+    lines += ["**settings", "    Every common run-config key as a keyword argument, '-' spelt '_' (``fraction_train``, "
+              "``lr``, ``seed``, ``aggregation``, ...; ``python -m fedapp list`` shows them all)."]
+    return "\n\n" + "\n".join(lines) + "\n"
+
+
+class FedStrategy(Strategy, metaclass=Settings):
     """FedAvg-shaped base: every hook defaults to Federated Averaging.
 
     McMahan et al., "Communication-Efficient Learning of Deep Networks from
@@ -55,6 +89,18 @@ class FedStrategy(Strategy):
     training clients receives the global model w_t, runs local SGD, and returns
     w_i; then w_{t+1} = sum_{i in S_t} n_i w_i / sum_{i in S_t} n_i.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        """Each strategy's docstring gets its Parameters section and its signature the keyword
+        arguments of its settings, as Flower's strategies have them."""
+        super().__init_subclass__(**kwargs)
+        cls.__doc__ = inspect.cleandoc(cls.__doc__ or cls.__name__) + _parameters_doc(cls)
+        p = inspect.Parameter
+        cls.__signature__ = inspect.Signature(
+            [p("cfg", p.POSITIONAL_OR_KEYWORD, default=None), p("model", p.POSITIONAL_OR_KEYWORD, default=None),
+             p("dataset", p.POSITIONAL_OR_KEYWORD, default=None),
+             *(p(k.name.replace("-", "_"), p.KEYWORD_ONLY, default=k.default) for k in cls.config_keys),
+             p("settings", p.VAR_KEYWORD)])
 
     #: run-config prefix and keys of the algorithm's own settings (``prefix.key``)
     config_prefix: ClassVar[str] = "fedavg"
@@ -112,6 +158,48 @@ class FedStrategy(Strategy):
 
     def zeros_like_params(self) -> Tensors:
         return {k: torch.zeros_like(self.global_state[k]) for k in self.param_keys}
+
+    @classmethod
+    def run_config(cls, cfg: RunConfig | None = None, **settings: Any) -> RunConfig:
+        """This strategy's run config: ``cfg`` (default: every default; one naming another strategy is
+        read as naming this one) with ``settings`` over it, each the keyword spelling of a key: the
+        algorithm's own (``rho`` for ``fedsmoo.rho``), else a common one (``fraction_train`` for
+        ``fraction-train``); checked as a run config is, so a bad value is the same one-line error."""
+        name = registry.of(cls).name
+        if cfg is not None and not settings and cfg.strategy == name:
+            return cfg
+        values = {} if cfg is None else cfg.as_dict()
+        own, common = {k.name for k in cls.config_keys}, {k.name for k in COMMON_KEYS} - {"strategy"}
+        for arg, value in settings.items():
+            key = arg.replace("_", "-")
+            if key not in own | common:
+                close = difflib.get_close_matches(key, own | common, n=2, cutoff=0.6)
+                raise ConfigError(f"{cls.__name__}({arg}=...): no such setting" + (
+                    f"; did you mean {', '.join(c.replace('-', '_') for c in close)}?" if close else
+                    f"; its own are {', '.join(k.replace('-', '_') for k in sorted(own)) or 'none'}, "
+                    "the common ones python -m fedapp list shows"))
+            values[f"{cls.config_prefix}.{key}" if key in own else key] = value
+        return parse_run_config({**values, "strategy": name})
+
+    @classmethod
+    def client_class(cls) -> type:
+        """fedapp's client of this strategy (``clients/``), as the registry pairs them."""
+        return registry.of(cls).client
+
+    @classmethod
+    def plain_clients(cls) -> bool:
+        """Whether a plain Flower ClientApp (Flower's quickstart: train the received ``arrays``, reply
+        ``arrays`` and ``num-examples``) can be one of this strategy's clients: its own client adds no
+        step to that (fedapp's FedAvg client) and the server keeps one global model."""
+        from clients.fedavg import FedAvgClient
+
+        return cls.global_model and cls.client_class() is FedAvgClient
+
+    @classmethod
+    def client_need(cls) -> str:
+        """What a client of this strategy does beyond training the received model, for error lines."""
+        client = cls.client_class()
+        return f"{cls.__name__}'s client update ({client.__module__}.{client.__name__})"
 
     @classmethod
     def check_config(cls, cfg: RunConfig) -> None:

@@ -29,6 +29,7 @@ from flwr.serverapp.strategy import Result
 
 from fedapp import pickup, sites
 from fedapp.aggregation import coordinate_wise
+from fedapp.compat import flower_grids, lacks_handler
 from fedapp.config import ConfigError, RunConfig
 from fedapp.records import (Payload, RecordStore, Tensors, array_numpy, content_bytes, make_content, payload_of,
                             to_record)
@@ -56,10 +57,27 @@ class Reply:
 
 @dataclass
 class ClientInfo:
+    """A connected client. A plain Flower ClientApp (``plain``: it answers no discovery query) is
+    keyed by its node id; its split sizes, which cap its replies' ``num-examples``, are the counts
+    its first training and first evaluation reply give (None until then)."""
+
     node_id: int
-    num_train: int
-    num_test: int
+    num_train: int | None
+    num_test: int | None
     unseen: bool
+    plain: bool = False
+
+
+#: metric names of Flower's app templates (``flwr new``) -> fedapp's: a plain Flower ClientApp's
+#: replies are read as fedapp's clients' are
+FLOWER_METRICS = {"train_loss": "train-loss", "eval_loss": "loss", "eval_acc": "accuracy"}
+
+
+def plain_strategies() -> list[str]:
+    """The registered strategies that take plain Flower ClientApps (``FedStrategy.plain_clients``)."""
+    from fedapp.registry import algorithms
+
+    return [name for name, spec in algorithms().items() if spec.strategy.plain_clients()]
 
 
 def scalars(metrics: Mapping[str, Any]) -> dict[str, int | float]:
@@ -69,15 +87,6 @@ def scalars(metrics: Mapping[str, Any]) -> dict[str, int | float]:
 
 def spec_of(payload: Mapping[str, Tensors]) -> Spec:
     return {name: {k: (tuple(v.shape), v.dtype) for k, v in t.items()} for name, t in payload.items()}
-
-
-def flower_grids() -> tuple[type, type]:
-    """Flower's HTTP grid (deployments) and in-memory grid (simulations). Imported when a server
-    needs them: ``flwr.superlink`` brings the SuperLink's state machinery (about 0.9 s of CPU),
-    which every ClientApp process would otherwise load, as parsing a run config imports this module."""
-    from flwr.superlink.grid import HttpGrid, InMemoryGrid
-
-    return HttpGrid, InMemoryGrid
 
 
 #: most keys in a reply's metrics (fedapp's clients send a few dozen at most)
@@ -131,7 +140,9 @@ class Driver:
 
     def __init__(self, strategy: FedStrategy):
         self.strategy = strategy
-        self.refused: dict[int, int] = {}  # node id -> the partition id it claimed that another node serves
+        #: node id -> the partition id it claimed that another node serves (-1: a plain Flower
+        #: ClientApp the strategy cannot use)
+        self.refused: dict[int, int] = {}
         #: the ``site-keys`` table (key fingerprint -> site; fedapp.sites), set by the ServerApp in a
         #: deployment that binds partitions to SuperNode keys; None: the first node to claim a partition serves it
         self.sites: dict[str, sites.Site] | None = None
@@ -164,13 +175,16 @@ class Driver:
             online = set(grid.get_node_ids())
             known = {c.node_id for c in clients.values()} | unbound
             # a refused node is asked again once the node serving its partition is gone
-            known |= {n for n, pid in self.refused.items() if clients[pid].node_id in online}
+            known |= {n for n, pid in self.refused.items() if pid < 0 or clients[pid].node_id in online}
             new = [n for n in online if n not in known]
             if new:
                 keys = {} if self.sites is None else {n.node_id: n.public_key for n in grid.get_nodes()}
                 msgs = [Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=n,
                                 message_type=MessageType.QUERY) for n in new]
                 for msg in send_and_receive(grid, msgs, self.cfg.round_timeout):
+                    if msg.has_error() and lacks_handler(msg.error, MessageType.QUERY):
+                        self.plain_client(msg.metadata.src_node_id)
+                        continue
                     if msg.has_error():
                         log(WARNING, "node %s did not answer discovery: %s", msg.metadata.src_node_id,
                             msg.error.reason)
@@ -202,6 +216,24 @@ class Driver:
             if len(clients) >= self.cfg.num_clients or time.time() >= deadline:
                 return
             time.sleep(1.0)
+
+    def plain_client(self, node: int) -> None:
+        """Take node ``node``, whose ClientApp has no query function (a plain Flower ClientApp),
+        as a client keyed by its node id, where the strategy's clients need no step of their own
+        (``FedStrategy.plain_clients``). Before round 1 (``history`` empty) a strategy that needs
+        its own client refuses the run in one line; a node joining later is left out, with a warning."""
+        strategy = self.strategy
+        if strategy.plain_clients():
+            strategy.clients[node] = ClientInfo(node, None, None, False, plain=True)
+            return
+        need = strategy.client_need()
+        if not strategy.history:
+            raise ConfigError(f"node {node} runs a plain Flower ClientApp (it answers no discovery query), which "
+                              f"lacks {need}: run fedapp's ClientApp there, or a strategy whose clients only train "
+                              f"the model they receive ({', '.join(plain_strategies())})")
+        if node not in self.refused:
+            log(WARNING, "node %s left out: it runs a plain Flower ClientApp, which lacks %s", node, need)
+        self.refused[node] = -1
 
     def sample(self, pool: list[int], fraction: float) -> list[int]:
         """Seeded sample of ``fraction`` of ``pool`` (at least min-train-nodes), sorted."""
@@ -313,8 +345,11 @@ class Driver:
                 continue
             spilled = self.spilled.pop(msg.metadata.reply_to_message_id, None)
             content = msg.content if spilled is None else spilled.content(msg.content)  # one reply at a time
+            info = self.strategy.clients[pid] if pid is not None else None
             try:
-                reason = self.check_reply(content, pid, expected.get(pid)) or self.check_nonce(content, pid)
+                plain = info is not None and info.plain  # a plain Flower ClientApp cannot echo the nonce
+                reason = (self.check_reply(content, pid, expected.get(pid), plain)
+                          or (None if plain else self.check_nonce(content, pid)))
             except Exception as exc:  # a reply too odd to check (wrong record types, ...) is bad too
                 reason = f"malformed: {type(exc).__name__}: {exc}"
             if reason is None and pid in valid:
@@ -322,9 +357,12 @@ class Driver:
             if reason:
                 self.drop(reason.split(":")[0], pid=pid, detail=reason)
                 continue
-            metrics = {k: float(v) for k, v in msg.content["metrics"].items() if k != "reply-nonce"}
-            info = self.strategy.clients[pid]
-            cap = info.num_train if expected.get(pid) is not None else info.num_test
+            metrics = {FLOWER_METRICS.get(k, k) if info.plain else k: float(v)
+                       for k, v in msg.content["metrics"].items() if k != "reply-nonce"}
+            split = "num_train" if expected.get(pid) is not None else "num_test"
+            if getattr(info, split) is None:  # a plain client's first reply of this kind
+                setattr(info, split, int(metrics["num-examples"]))
+            cap = getattr(info, split)
             if metrics["num-examples"] > cap:
                 log(WARNING, "partition %d claims %d examples, %d at discovery: counted as %d", pid,
                     metrics["num-examples"], cap, cap)
@@ -425,8 +463,9 @@ class Driver:
         return None
 
     @staticmethod
-    def check_reply(content: RecordDict, pid: int | None, spec: Spec | None) -> str | None:
-        """Why a reply is invalid (``reason: detail``), or None when it is fine."""
+    def check_reply(content: RecordDict, pid: int | None, spec: Spec | None, plain: bool = False) -> str | None:
+        """Why a reply is invalid (``reason: detail``), or None when it is fine. A ``plain`` client's
+        reply (a plain Flower ClientApp, keyed by its node id) names no partition id."""
         if pid is None:
             return "unknown-node"
         small = sum(r.count_bytes() for r in (*content.config_records.values(), *content.metric_records.values()))
@@ -442,7 +481,7 @@ class Driver:
                 return f"wrong-shape: metric {k} is not a scalar"
             if not math.isfinite(v):
                 return f"non-finite: metric {k}"
-        if metrics.get("partition-id") != pid:
+        if not plain and metrics.get("partition-id") != pid:
             return "wrong-partition-id"
         n = metrics.get("num-examples")
         if n is None or n < 0 or n != int(n):
@@ -543,7 +582,7 @@ class Driver:
             return
         keep = self.cfg.keep_client_state
         contents = {pid: RecordDict({"config": ConfigRecord({"end-of-run": True, "keep-client-state": keep})})
-                    for pid in self.strategy.clients}
+                    for pid, c in self.strategy.clients.items() if not c.plain}
         replies = [m for m in send_and_receive(grid, self.messages(contents, MessageType.QUERY),
                                                min(self.cfg.round_timeout, 60.0)) if m.has_content()]
         log(INFO, "end of run: %d of %d clients removed %d client state files%s", len(replies), len(contents),

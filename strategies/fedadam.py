@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 from flwr.app import Message, MessageType
 from flwr.serverapp.strategy import FedAdam as FlowerFedAdam
 
@@ -11,6 +10,7 @@ from clients.fedavg import FedAvgClient
 from fedapp.config import Key
 from fedapp.records import make_content
 from strategies.base import LR_DECAY, FedStrategy
+from strategies.flower import as_tensors, flower_replies
 
 
 class FedAdam(FedStrategy):
@@ -44,17 +44,14 @@ class FedAdam(FedStrategy):
         opt.current_arrays = {k: v.numpy() for k, v in self.global_state.items()}
         opt.m_t, opt.v_t = self.m_t, self.v_t
         if self.cfg.aggregation == "mean":  # Flower's own weighted mean
-            states = [(r.payload["arrays"], r.num_examples, r.pid) for r in replies]
+            msgs = flower_replies(replies, {pid: c.node_id for pid, c in self.clients.items()})
         else:  # Delta_t from the robust combination: Flower's mean of it alone
             combined = self.combine([r.payload["arrays"] for r in replies], [r.num_examples for r in replies])
-            states = [(combined, 1, replies[0].pid)]
-        msgs = [Message(make_content({"arrays": arrays}, metrics={"num-examples": n}),
-                        dst_node_id=self.clients[pid].node_id, message_type=MessageType.TRAIN)
-                for arrays, n, pid in states]
+            msgs = [Message(make_content({"arrays": combined}, metrics={"num-examples": 1}),
+                            dst_node_id=self.clients[replies[0].pid].node_id, message_type=MessageType.TRAIN)]
         arrays, _ = opt.aggregate_train(server_round, msgs)
         self.m_t, self.v_t = opt.m_t, opt.v_t
-        self.global_state = {k: torch.from_numpy(np.asarray(a.numpy())).to(self.global_state[k].dtype)
-                             for k, a in arrays.items()}
+        self.global_state = as_tensors(arrays, self.global_state)
 
 
 ALGORITHMS = {"fedadam": (FedAdam, FedAvgClient)}

@@ -1,0 +1,1 @@
+"""Your ClientApp with fedapp's SCAFFOLD client update."""

@@ -1,0 +1,1 @@
+"""fedapp's FedSMOO in your own ServerApp and ClientApp."""

@@ -1,0 +1,98 @@
+"""Every use of a Flower module or behaviour that is not Flower's public API, in one place.
+
+fedapp builds on Flower's public API (``flwr.app``, ``flwr.serverapp``, ``flwr.clientapp``). What
+it needs beyond that is reached through the functions here, each with its own test
+(``tests/test_library_compat.py``), so a Flower release that changes one of them fails that test
+and nothing else needs reading. The ``flwr`` pin in ``pyproject.toml`` covers the releases these
+tests passed on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Error, RecordDict
+
+#: what Flower's ClientApp raises for a message whose type it registers no function for
+#: (``flwr.clientapp.ClientApp.__call__``): "No query function registered with name 'default'"
+_NO_HANDLER = "No {} function registered"
+
+
+def flower_grids() -> tuple[type, type]:
+    """Flower's HTTP grid (deployments) and in-memory grid (simulations), from ``flwr.superlink.grid``.
+    Imported when a server needs them: ``flwr.superlink`` brings the SuperLink's state machinery
+    (about 0.9 s of CPU), which every ClientApp process would otherwise load, as parsing a run
+    config imports the round driver."""
+    from flwr.superlink.grid import HttpGrid, InMemoryGrid
+
+    return HttpGrid, InMemoryGrid
+
+
+def lacks_handler(error: Error, message_type: str) -> bool:
+    """Whether an error reply says the node's ClientApp registers no function for ``message_type``
+    (``query``: a plain Flower ClientApp with only ``@app.train()`` and ``@app.evaluate()``), as
+    Flower reports it: the ClientApp's ValueError, wrapped by the SuperNode or the simulation."""
+    return _NO_HANDLER.format(message_type) in (error.reason or "")
+
+
+def engine_pickup() -> Callable:
+    """The function the thread of Flower's simulation engine runs to hand the ServerApp's messages to
+    the simulated clients (``flwr.server.superlink.fleet.vce.vce_api.add_messages_to_queue``); its
+    arguments include the ``threading.Event`` that stops it (``fedapp.pickup`` hooks its wait)."""
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    return vce_api.add_messages_to_queue
+
+
+def supernode_parser():
+    """The argument parser of ``flower-supernode`` (``flwr.supernode.cli.flower_supernode``), so a
+    SuperNode's command line reads with the defaults the SuperNode applied (``fedapp.watchdog``)."""
+    from flwr.supernode.cli.flower_supernode import _parse_args_run_supernode
+
+    return _parse_args_run_supernode()
+
+
+def encode(content: RecordDict) -> bytes:
+    """A message content as the transport carries it (Flower's protobuf serialisation)."""
+    from flwr.common.serde import recorddict_to_proto
+
+    return recorddict_to_proto(content).SerializeToString()
+
+
+def decode(blob: bytes) -> RecordDict:
+    """The inverse of ``encode``."""
+    from flwr.common.serde import recorddict_from_proto
+    from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
+
+    return recorddict_from_proto(ProtoRecordDict.FromString(blob))
+
+
+def task_identity() -> tuple[int, int, int]:
+    """The task, run and node id that Messages built in this process take (``flwr.supercore.task_identity``)."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    return TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id
+
+
+def set_task_identity(task_id: int, run_id: int, node_id: int) -> None:
+    """Messages built in this process from now on are of this task, run and node (as in a ServerApp)."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = task_id, run_id, node_id
+
+
+def gitignore_matcher(gitignore: Path):
+    """The pathspec of a ``.gitignore`` file as `flwr run` reads it for the app bundle (``flwr.cli.utils``):
+    ``matcher.match_file(path)``."""
+    from flwr.cli.utils import build_pathspec, load_gitignore_patterns
+
+    return build_pathspec(load_gitignore_patterns(gitignore))
+
+
+def flatten_dict(values: dict[str, Any]) -> dict[str, Any]:
+    """Nested TOML tables as Flower flattens a run config (``a.b = 1`` as ``a.b``; ``flwr.common.config``)."""
+    from flwr.common.config import flatten_dict as flatten
+
+    return flatten(values)

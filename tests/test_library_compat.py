@@ -1,0 +1,73 @@
+"""One test per hook of fedapp/compat.py: what fedapp uses of Flower beyond its public API."""
+
+import inspect
+
+import pytest
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MessageType, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.common.constant import SUPERLINK_NODE_ID
+from flwr.serverapp import Grid
+
+from fedapp import compat
+
+
+def test_lacks_handler_recognises_a_clientapp_without_that_function():
+    app = ClientApp()
+
+    @app.train()
+    def train(msg, context):
+        return msg
+
+    compat.set_task_identity(1, 1, SUPERLINK_NODE_ID)  # a Message is built as a ServerApp builds it
+    query = Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=1, message_type=MessageType.QUERY)
+    with pytest.raises(ValueError) as err:
+        app(query, None)
+    # as Flower's SuperNode and simulation wrap it: "<class 'ValueError'>:<'...'>"
+    error = Error(code=0, reason=f"{type(err.value)}:<'{err.value}'>")
+    assert compat.lacks_handler(error, MessageType.QUERY)
+    assert not compat.lacks_handler(error, MessageType.TRAIN)
+    assert not compat.lacks_handler(Error(code=0, reason="<class 'KeyError'>:<'batch-size'>"), MessageType.QUERY)
+
+
+def test_flower_grids_are_flowers_grids():
+    http, memory = compat.flower_grids()
+    assert (http.__name__, memory.__name__) == ("HttpGrid", "InMemoryGrid")
+    assert issubclass(http, Grid) and issubclass(memory, Grid)
+
+
+def test_engine_pickup_is_a_thread_target_stopped_by_an_event():
+    target = compat.engine_pickup()
+    assert callable(target) and target.__name__ == "add_messages_to_queue"
+    annotations = [str(p.annotation) for p in inspect.signature(target).parameters.values()]
+    assert any("Event" in a for a in annotations)
+
+
+def test_supernode_parser_reads_a_supernode_command_line():
+    args, _ = compat.supernode_parser().parse_known_args(["--superlink", "10.0.0.1:9092", "--insecure"])
+    assert (args.superlink, args.insecure) == ("10.0.0.1:9092", True)
+    assert hasattr(args, "root_certificates")
+
+
+def test_encode_decode_round_trip():
+    content = RecordDict({"arrays": ArrayRecord({"w": torch.arange(3.0)}),
+                          "metrics": MetricRecord({"num-examples": 5}), "config": ConfigRecord({"lr": 0.1})})
+    back = compat.decode(compat.encode(content))
+    assert back["arrays"]["w"].numpy().tolist() == [0.0, 1.0, 2.0]
+    assert dict(back["metrics"]) == {"num-examples": 5} and dict(back["config"]) == {"lr": 0.1}
+
+
+def test_task_identity_names_the_messages_built_here():
+    compat.set_task_identity(1, 4242, SUPERLINK_NODE_ID)
+    assert compat.task_identity() == (1, 4242, SUPERLINK_NODE_ID)
+    assert Message(RecordDict(), dst_node_id=3, message_type=MessageType.TRAIN).metadata.run_id == 4242
+
+
+def test_gitignore_matcher_reads_patterns(tmp_path):
+    (tmp_path / ".gitignore").write_text(".venv/\n*.pt\n")
+    matcher = compat.gitignore_matcher(tmp_path / ".gitignore")
+    assert matcher.match_file(".venv/") and matcher.match_file("a/model.pt") and not matcher.match_file("a.py")
+
+
+def test_flatten_dict_flattens_tables():
+    assert compat.flatten_dict({"a": {"b": 1, "c": {"d": "x"}}, "e": 2.0}) == {"a.b": 1, "a.c.d": "x", "e": 2.0}

@@ -1,0 +1,124 @@
+"""The examples of docs/flower-library.md through `flwr run`, and a ClientApp written as Flower's
+quickstart writes one (examples/plain-flower-client) in fedapp's runs."""
+
+import json
+import subprocess
+
+import pytest
+import torch
+
+from fedapp.config import ConfigError
+from fedapp.inprocess import run_local
+from fedapp.launch import (BIN, flwr_env, free_port_base, start_local_superlink, stop_local_superlink,
+                           wait_for_superlink)
+from strategies.driver import FLOWER_METRICS
+
+from conftest import ROOT
+
+EXAMPLES = ROOT / "examples"
+PLAIN = EXAMPLES / "plain-flower-client"
+
+
+@pytest.fixture
+def plain_app(monkeypatch):
+    """The example's ClientApp, imported as Flower imports it from the app's folder."""
+    monkeypatch.syspath_prepend(str(PLAIN))
+    from plainapp.client_app import app
+
+    return app
+
+
+def plain_config(tmp_path, **extra):
+    return {"model": "plainapp.task:Net", "num-server-rounds": 2, "local-epochs": 1, "lr": 0.1, "seed": 0,
+            "results-dir": str(tmp_path / "results"), "run-name": "p", "node-wait-timeout": 5.0, **extra}
+
+
+@pytest.fixture(scope="module")
+def example_runs(tmp_path_factory):
+    """The three examples of docs/flower-library.md through `flwr run`, one after another on one
+    local SuperLink (Flower's default 2-node simulation): name -> (`flwr run`'s output, its folder)."""
+    tmp = tmp_path_factory.mktemp("examples")
+    home = tmp / "flwr-home"
+    env = flwr_env(home, free_port_base())
+    runs = {"own-serverapp": f"out='{tmp / 'final.pt'}'",
+            "own-clientapp": f"num-server-rounds=2 results-dir='{tmp / 'results'}' run-name='own'",
+            "plain-flower-client": f"num-server-rounds=2 results-dir='{tmp / 'results'}' run-name='p'"}
+    out = {}
+    # started here and waited for: `flwr run` gives the SuperLink it starts 15 s, too few on a busy machine
+    wait_for_superlink(start_local_superlink(home, env), home, env)
+    try:
+        for name, overrides in runs.items():
+            out[name] = subprocess.run([str(BIN / "flwr"), "run", str(EXAMPLES / name), "--stream", "--run-config",
+                                        overrides], env=env, capture_output=True, text=True, timeout=900)
+    finally:
+        stop_local_superlink(home)
+    return out, tmp
+
+
+def test_plain_flower_clientapp_joins(example_runs):
+    """`flwr run` of examples/plain-flower-client: fedapp's ServerApp, the quickstart-style ClientApp on
+    Flower's default 2-node federation. Both nodes train in every round, keyed by their node ids, and
+    the rows hold their metrics under fedapp's names (the template's eval_acc as fed-accuracy)."""
+    out, tmp = example_runs
+    assert out["plain-flower-client"].returncode == 0, out["plain-flower-client"].stderr
+    rows = json.loads((tmp / "results" / "p" / "rounds.json").read_text())["rounds"]
+    assert [r["round"] for r in rows] == [0, 1, 2]
+    assert [r["replies"] for r in rows[1:]] == [2, 2] and all(r["dropped-replies"] == 0 for r in rows[1:])
+    # both nodes evaluated (50 test examples each): fed-accuracy is the mean of their accuracies
+    accs = rows[-1]["fed-client-accuracy"]
+    assert len(accs) == 2 and all(int(node) > 1 for node in accs)  # node ids, not partition ids 0 and 1
+    assert rows[-1]["fed-accuracy"] == pytest.approx(sum(accs.values()) / 2)
+    assert rows[1]["train-loss"] > 0
+
+
+def test_docs_library_examples(example_runs):
+    """Each example of docs/flower-library.md, as the page shows its code, runs through `flwr run`."""
+    out, tmp = example_runs
+    doc = (ROOT / "docs" / "flower-library.md").read_text()
+    for path in ("own-serverapp/ownserver/app.py", "own-clientapp/ownclient/app.py",
+                 "plain-flower-client/plainapp/client_app.py"):
+        assert (EXAMPLES / path).read_text().rstrip() in doc, path
+        assert f"flwr run examples/{path.split('/')[0]} --stream" in doc
+    for name, done in out.items():
+        assert done.returncode == 0 and "ERROR" not in done.stdout, name + done.stdout[-3000:] + done.stderr
+    # 1: your ServerApp ran FedSMOO's start() and saved Result.arrays: your Net's keys, trained
+    final = torch.load(tmp / "final.pt")
+    assert list(final) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert "round 3: federated accuracy" in out["own-serverapp"].stdout
+    # 2: fedapp's ServerApp ran SCAFFOLD with your ClientApp: every node's update every round
+    rows = json.loads((tmp / "results" / "own" / "rounds.json").read_text())["rounds"]
+    assert [r["replies"] for r in rows[1:]] == [2, 2] and rows[0]["round"] == 0
+    assert 0.0 < rows[-1]["fed-accuracy"] <= 1.0
+
+
+def test_plain_clients_are_refused_before_round_1_by_a_strategy_that_needs_its_own(tmp_path, plain_app):
+    for strategy, client in (("scaffold", "clients.scaffold.ScaffoldClient"),
+                             ("fedsmoo", "clients.fedsmoo.FedSMOOClient")):
+        with pytest.raises(ConfigError) as err:
+            run_local(plain_config(tmp_path, strategy=strategy), client_app=plain_app)
+        line = str(err.value)
+        assert "\n" not in line and "runs a plain Flower ClientApp" in line and client in line
+        assert not (tmp_path / "results" / "p" / "rounds.json").exists() or json.loads(
+            (tmp_path / "results" / "p" / "rounds.json").read_text())["rounds"] == []
+
+
+def test_plain_clients_in_process_match_a_hand_average(tmp_path, plain_app):
+    """One FedAvg round of two plain clients is the example-weighted mean of what each trains alone
+    (the same seeded loaders), and their replies' num-examples are capped by their first reply's."""
+    from plainapp.task import Net, load_data, train
+
+    strategy = run_local(plain_config(tmp_path, **{"num-server-rounds": 1, "fraction-evaluate": 0.0}),
+                         client_app=plain_app)
+    assert sorted(strategy.clients) == [101, 102] and all(c.plain for c in strategy.clients.values())
+    assert [c.num_train for c in strategy.clients.values()] == [200, 200]
+    torch.manual_seed(0)
+    init = Net().state_dict()
+    states = []
+    for pid in (0, 1):
+        net = Net()
+        net.load_state_dict(init)
+        train(net, load_data(pid, 2)[0], 1, 0.1, torch.device("cpu"))
+        states.append(net.state_dict())
+    assert FLOWER_METRICS["eval_acc"] == "accuracy"
+    for k, v in strategy.global_state.items():
+        assert torch.allclose(v, (states[0][k] + states[1][k]) / 2, atol=1e-6), k
