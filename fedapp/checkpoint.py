@@ -21,7 +21,9 @@ from logging import WARNING
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+from flwr.app import ArrayRecord
 from flwr.common.logger import log
 
 from fedapp.config import ConfigError, RunConfig, defaults
@@ -50,10 +52,20 @@ def due(cfg: RunConfig, server_round: int) -> bool:
     return bool(every) and (server_round % every == 0 or server_round == cfg.num_server_rounds)
 
 
+#: how a NumPy array and a Flower ArrayRecord (Flower's strategies keep their state in them) are
+#: stored: as tensors under a marker key, which a checkpoint read with ``weights_only`` can hold
+NUMPY, ARRAY_RECORD = "__numpy__", "__array-record__"
+
+
 def _pack(value: Any) -> Any:
-    """Modules and optimizers as their state dicts; anything else as is (object sharing kept)."""
+    """Modules and optimizers as their state dicts, NumPy arrays and ArrayRecords as tensors under a
+    marker; anything else as is (object sharing kept)."""
     if isinstance(value, (torch.nn.Module, torch.optim.Optimizer)):
         return value.state_dict()
+    if isinstance(value, np.ndarray):
+        return {NUMPY: torch.from_numpy(value.copy())}
+    if isinstance(value, ArrayRecord):
+        return {ARRAY_RECORD: value.to_torch_state_dict()}
     if isinstance(value, (dict, list, tuple)):
         items = list(value.items() if isinstance(value, dict) else enumerate(value))
         packed = [(k, _pack(v)) for k, v in items]
@@ -61,6 +73,22 @@ def _pack(value: Any) -> Any:
             return value
         return dict(packed) if isinstance(value, dict) else type(value)(p for _, p in packed)
     return value
+
+
+def _unpack(saved: Any) -> Any:
+    """What ``_pack`` stored under a marker, back as a NumPy array or an ArrayRecord; anything
+    else as it was loaded (a Counter stays a Counter)."""
+    if isinstance(saved, dict) and saved.keys() == {NUMPY}:
+        return saved[NUMPY].numpy()
+    if isinstance(saved, dict) and saved.keys() == {ARRAY_RECORD}:
+        return ArrayRecord(saved[ARRAY_RECORD])
+    if isinstance(saved, (dict, list, tuple)):
+        items = list(saved.items() if isinstance(saved, dict) else enumerate(saved))
+        unpacked = [(k, _unpack(v)) for k, v in items]
+        if all(u is v for (_, u), (_, v) in zip(unpacked, items)):
+            return saved
+        return type(saved)(unpacked) if isinstance(saved, dict) else type(saved)(u for _, u in unpacked)
+    return saved
 
 
 def _restore(current: Any, saved: Any) -> Any:
@@ -144,7 +172,7 @@ def resume(strategy, path: str | Path) -> int:
     doc = load(path)
     check_compatible(doc, strategy.cfg, path)
     for name, saved in doc["attrs"].items():
-        setattr(strategy, name, _restore(getattr(strategy, name, None), saved))
+        setattr(strategy, name, _restore(getattr(strategy, name, None), _unpack(saved)))
     if "state_rounds" not in doc["attrs"]:
         log(WARNING, "%s predates versioned client state: every client restarts its state from scratch", path)
     strategy.kept_state_rounds = dict(strategy.state_rounds)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import keyword
 import uuid
 from abc import ABCMeta
 from collections import Counter
@@ -65,6 +66,13 @@ class Settings(ABCMeta):
         return super().__call__(cls.run_config(cfg, **settings), model, dataset)
 
 
+def keyword_of(key: str) -> str:
+    """A run-config key as a keyword argument: '-' spelt '_', a Python keyword with '_' after it
+    (``pfedme.lambda``: ``lambda_``)."""
+    name = key.replace("-", "_")
+    return name + "_" if keyword.iskeyword(name) else name
+
+
 def _parameters_doc(cls: type) -> str:
     """The NumPy-style Parameters section of a strategy's docstring, from its ``config_keys``."""
     lines = ["Parameters", "----------",
@@ -74,7 +82,7 @@ def _parameters_doc(cls: type) -> str:
              "cfg : fedapp.config.RunConfig | None (default: None)",
              "    A run config to start from (the keyword arguments below go over it)."]
     for key in cls.config_keys:
-        lines += [f"{key.name.replace('-', '_')} : {key.type.__name__} (default: {key.default!r})",
+        lines += [f"{keyword_of(key.name)} : {key.type.__name__} (default: {key.default!r})",
                   f"    Run config ``{cls.config_prefix}.{key.name}``. {key.doc}"]
     lines += ["**settings", "    Every common run-config key as a keyword argument, '-' spelt '_' (``fraction_train``, "
               "``lr``, ``seed``, ``aggregation``, ...; ``python -m fedapp list`` shows them all)."]
@@ -99,7 +107,7 @@ class FedStrategy(Strategy, metaclass=Settings):
         cls.__signature__ = inspect.Signature(
             [p("cfg", p.POSITIONAL_OR_KEYWORD, default=None), p("model", p.POSITIONAL_OR_KEYWORD, default=None),
              p("dataset", p.POSITIONAL_OR_KEYWORD, default=None),
-             *(p(k.name.replace("-", "_"), p.KEYWORD_ONLY, default=k.default) for k in cls.config_keys),
+             *(p(keyword_of(k.name), p.KEYWORD_ONLY, default=k.default) for k in cls.config_keys),
              p("settings", p.VAR_KEYWORD)])
 
     #: run-config prefix and keys of the algorithm's own settings (``prefix.key``)
@@ -171,12 +179,12 @@ class FedStrategy(Strategy, metaclass=Settings):
         values = {} if cfg is None else cfg.as_dict()
         own, common = {k.name for k in cls.config_keys}, {k.name for k in COMMON_KEYS} - {"strategy"}
         for arg, value in settings.items():
-            key = arg.replace("_", "-")
+            key = arg.removesuffix("_").replace("_", "-")
             if key not in own | common:
                 close = difflib.get_close_matches(key, own | common, n=2, cutoff=0.6)
                 raise ConfigError(f"{cls.__name__}({arg}=...): no such setting" + (
-                    f"; did you mean {', '.join(c.replace('-', '_') for c in close)}?" if close else
-                    f"; its own are {', '.join(k.replace('-', '_') for k in sorted(own)) or 'none'}, "
+                    f"; did you mean {', '.join(keyword_of(c) for c in close)}?" if close else
+                    f"; its own are {', '.join(keyword_of(k) for k in sorted(own)) or 'none'}, "
                     "the common ones python -m fedapp list shows"))
             values[f"{cls.config_prefix}.{key}" if key in own else key] = value
         return parse_run_config({**values, "strategy": name})

@@ -26,7 +26,7 @@ from flwr.serverapp import strategy as flower_strategies
 
 from clients.fedavg import FedAvgClient
 from clients.fedprox import FedProxClient
-from fedapp.config import ConfigError, Key
+from fedapp.config import Key
 from fedapp.records import Tensors, from_record, make_content, to_record
 from strategies.base import LR_DECAY, FedStrategy
 from strategies.driver import Reply
@@ -107,6 +107,8 @@ class FlowerStrategy(FedStrategy):
     #: Flower's strategy class this one drives
     flower_class: type = flower_strategies.FedAvg
     checkpoint_attrs = ("flower_state",)
+    robust_refusal = ("a Flower strategy aggregates as Flower does it; flwr:FedMedian, flwr:FedTrimmedAvg, flwr:Krum, "
+                      "flwr:MultiKrum and flwr:Bulyan are Flower's robust ones")
 
     def __init__(self, cfg, model, dataset=None):
         super().__init__(cfg, model, dataset)
@@ -115,13 +117,6 @@ class FlowerStrategy(FedStrategy):
         self.flower = self.flower_class(**own, **{k: v for k, v in FEDAPP_ARGS.items() if k in params},
                                         **{k: cfg[key] for k, key in FROM_RUN_CONFIG.items() if k in params})
         self.flower_config: dict[str, Any] = {}  # what Flower's configure_train adds to this round's config
-
-    @classmethod
-    def check_config(cls, cfg):
-        if cfg.aggregation != "mean":
-            raise ConfigError(f"run config 'aggregation' = {cfg.aggregation!r} is invalid with {cfg.strategy}: "
-                              "a Flower strategy aggregates as Flower does it ('mean'); choose flwr:FedMedian, "
-                              "flwr:FedTrimmedAvg, flwr:Krum, flwr:MultiKrum or flwr:Bulyan for robust aggregation")
 
     @property
     def flower_state(self) -> dict[str, Any]:

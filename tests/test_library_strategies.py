@@ -4,7 +4,7 @@ strategies by name (``flwr:<Name>``)."""
 import pytest
 import torch
 
-from fedapp import checkpoint
+from fedapp import checkpoint, preflight
 from fedapp.client_app import app as client_app
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.experiment import dataset, model_for
@@ -140,5 +140,6 @@ def test_flower_strategy_resumes_from_its_checkpoint(small_config, tmp_path):
 
 
 def test_flower_strategy_refuses_fedapps_robust_aggregation(small_config):
-    with pytest.raises(ConfigError, match=r"^run config 'aggregation' = 'median' is invalid with flwr:FedAvg: "):
-        parse_run_config({**small_config, "strategy": "flwr:FedAvg", "aggregation": "median"})
+    with pytest.raises(ConfigError, match=r"^run config 'aggregation' = 'median' is invalid for strategy 'flwr:FedAvg': "
+                                          "a Flower strategy aggregates as Flower does it"):
+        preflight.check({**small_config, "strategy": "flwr:FedAvg", "aggregation": "median"})
