@@ -22,8 +22,8 @@ from fedapp.experiment import ClientData  # noqa: E402
 from fedapp.inprocess import InProcessGrid, run_local  # noqa: E402
 from fedapp.llm import CausalLM, encode, opt125m_random, opt_tiny, prompt, word_tokenizer  # noqa: E402
 from fedapp.training import evaluate_lm, step_lr  # noqa: E402
-from simulations.fedals.authors_golden_llm import (  # noqa: E402
-    CHECKPOINTS, SETTING, golden_prompts, initial_state, summary)
+from simulations.fedals.authors_golden import summary  # noqa: E402
+from simulations.fedals.authors_golden_llm import CHECKPOINTS, SETTING, golden_prompts, initial_state  # noqa: E402
 from strategies.base import FedStrategy, weighted_mean  # noqa: E402
 from strategies.driver import Reply  # noqa: E402
 from strategies.fedals import FedALS  # noqa: E402

@@ -36,6 +36,9 @@ import types
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # the project, run as a script
+from simulations.fedals.authors_golden import summary  # noqa: E402
+
 SETTING = {"nodes": 5, "per_node": 4, "tau": 2, "alpha": 3, "L": 11, "lr_exp": 7, "cte": [100, 10], "hidden": 16,
            "test": 8}
 CHECKPOINTS = [1, 5, 7, 13]  # iterations done: 0 (first average), 0-4 (mid body period), one and two body periods
@@ -73,16 +76,6 @@ def initial_state(sd: dict) -> dict:
     return out
 
 
-def summary(state: dict) -> list[list[float]]:
-    """Per tensor, in state order: [sum, sum of squares, projection on RandomState(2) normals]."""
-    rs = np.random.RandomState(2)
-    rows = []
-    for v in state.values():
-        a = v.detach().cpu().double().numpy()
-        rows.append([float(a.sum()), float((a * a).sum()), float((a * rs.standard_normal(a.shape)).sum())])
-    return rows
-
-
 def main(repo: str, out_path: str) -> None:
     import torch
     from transformers import OPTForCausalLM  # before the stub: transformers looks bitsandbytes up
@@ -90,7 +83,6 @@ def main(repo: str, out_path: str) -> None:
     for name in ("bitsandbytes", "bitsandbytes.optim"):
         sys.modules[name] = types.ModuleType(name)
     sys.modules["bitsandbytes.optim"].Adam8bit = None
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))  # fedapp.llm, for the model and tokenizer
     sys.path.insert(0, repo)
     import DSGDAlg
     from fedapp.llm import opt_config, prompt, word_tokenizer
