@@ -18,8 +18,6 @@ Needs the optional extra ``llm`` (``pip install -e '.[llm]'``: transformers, tok
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -206,20 +204,14 @@ def read_mnli() -> dict:
     return arrays_of(opt_tokenizer(), split["train"], split["validation_matched"], len(MNLI_GENRES))
 
 
-def shakespeare_pairs(path: Path) -> tuple[tuple, tuple]:
-    """Sentence pairs of the first ``PAIR_PLAYS`` plays, the play standing for the genre: a premise is a
-    role's line; its hypothesis, drawn with equal chances, the role's next line ("entailment"), a line of
-    another role of the play ("neutral") or a line of another play ("contradiction"). ``PAIRS_TRAIN``
-    training and ``PAIRS_TEST`` test prompts per play, seeded: ((prompts, genres), (prompts, genres))."""
-    from fedapp.data.text import _plays, speaking_roles
-
-    plays = []
-    for _, text in _plays(path):
-        roles = [lines for lines in speaking_roles(text).values() if len(lines) > 1]
-        if len(roles) > 1:
-            plays.append(roles)
-        if len(plays) == PAIR_PLAYS:
-            break
+def shakespeare_pairs(plays: list[list[list[str]]]) -> tuple[tuple, tuple]:
+    """Sentence pairs of the first ``PAIR_PLAYS`` plays (each a list of its roles' lines), the play
+    standing for the genre: a premise is a role's line; its hypothesis, drawn with equal chances, the
+    role's next line ("entailment"), a line of another role of the play ("neutral") or a line of another
+    play ("contradiction"). ``PAIRS_TRAIN`` training and ``PAIRS_TEST`` test prompts per play, seeded:
+    ((prompts, genres), (prompts, genres))."""
+    plays = [roles for roles in ([lines for lines in p if len(lines) > 1] for p in plays) if len(roles) > 1]
+    plays = plays[:PAIR_PLAYS]
     rng = np.random.default_rng(0)
     out = (([], []), ([], []))
     for genre, roles in enumerate(plays):
@@ -240,8 +232,8 @@ def shakespeare_pairs(path: Path) -> tuple[tuple, tuple]:
     return out
 
 
-def read_shakespeare_pairs(path: Path) -> dict:
+def read_shakespeare_pairs(plays: list[list[list[str]]]) -> dict:
     """``shakespeare-pairs``: the offline stand-in for MultiNLI, tokenized by a word tokenizer of its
     training prompts."""
-    train, test = shakespeare_pairs(path)
-    return arrays_of(word_tokenizer(train[0]), train, test, PAIR_PLAYS)
+    train, test = shakespeare_pairs(plays)
+    return arrays_of(word_tokenizer(train[0]), train, test, len(set(train[1])))

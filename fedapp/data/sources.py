@@ -27,7 +27,7 @@ from PIL import Image
 
 from .indices import local_test_split
 from .tables import frame_arrays, load_hub, read_table_dir
-from .text import derive_shakespeare, select_roles
+from .text import _plays, derive_shakespeare, select_roles, speaking_roles
 
 SPLITS = ("train", "test")
 _GREY_MODES = {"1", "L", "LA", "I", "I;16", "F"}
@@ -189,7 +189,9 @@ def _prompt_pairs(name: str, data_dir: str) -> dict:
     if path is None:
         raise FileNotFoundError(f"shakespeare-pairs is made from the raw plays: <dir>/shakespeare.tar.gz or "
                                 f"<dir>/shakespeare/*.txt; looked in {', '.join(map(str, dirs))}")
-    return _cached(name, f"pairs-v1:{_fingerprint(path)}", lambda: llm.read_shakespeare_pairs(path))
+    def build():  # each play's roles' lines
+        return llm.read_shakespeare_pairs([list(speaking_roles(text).values()) for _, text in _plays(path)])
+    return _cached(name, f"pairs-v1:{_fingerprint(path)}", build)
 
 
 def _dataset_of(name: str, arrays: dict, augment: bool) -> Dataset:
