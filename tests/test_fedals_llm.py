@@ -210,27 +210,27 @@ def test_fedavg_and_fedals_run_on_shakespeare_pairs_and_resume(tmp_path, monkeyp
     from fedapp.client_app import app
 
     base = {"dataset": "shakespeare-pairs", "data-dir": str(SHARED_DATA), "model": "fedapp.llm:opt_tiny",
-            "num-clients": 5, "partition": "label-sorted", "num-server-rounds": 3, "local-steps": 2,
+            "num-clients": 5, "partition": "label-sorted", "num-server-rounds": 2, "local-steps": 2, "eval-every": 2,
             "batch-size": 4, "lr": 0.05, "optimizer": "adamw", "lr-schedule": "fedals-inverse", "fedals.alpha": 2,
             "fraction-evaluate": 0.0, "test-fraction": 0.0, "results-dir": str(tmp_path), "seed": 1}
     runs = {s: run_local({**base, "strategy": s, "run-name": s}) for s in ("fedavg", "fedals")}
     for s, strategy in runs.items():
-        losses = [row["central-loss"] for row in strategy.history]
+        losses = [row["central-loss"] for row in strategy.history if row.get("central-loss") is not None]
         assert losses[-1] < losses[0], (s, losses)
-    rows = runs["fedals"].history[1:]
+    rows = [r for r in runs["fedals"].history if r["round"] > 0]
     body, head = FedALS.body_head(runs["fedals"].cfg, runs["fedals"].model)
     sizes = {k: v.numel() for k, v in runs["fedals"].model.state_dict().items()}
     n_head, n_body = sum(sizes[k] for k in head), sum(sizes[k] for k in body)
-    assert [r["train-params-up"] for r in rows] == [5 * n_head, 5 * (n_head + n_body), 5 * n_head]
+    assert [r["train-params-up"] for r in rows] == [5 * n_head, 5 * (n_head + n_body)]
     cut = {**base, "strategy": "fedals", "run-name": "cut", "num-server-rounds": 1}
     grid = InProcessGrid(app, 5, cut)
     run_local(cut, grid=grid)
-    resumed_config = {**cut, "num-server-rounds": 3, "resume-from": str(tmp_path / "cut")}
+    resumed_config = {**cut, "num-server-rounds": 2, "resume-from": str(tmp_path / "cut")}
     grid2 = InProcessGrid(app, 5, resumed_config)
     for node, ctx in grid2.contexts.items():
         ctx.state = grid.contexts[node].state  # the clients kept theirs
     resumed = run_local(resumed_config, grid=grid2)
-    assert [r["central-loss"] for r in resumed.history] == [r["central-loss"] for r in runs["fedals"].history]
+    assert resumed.history[-1]["central-loss"] == runs["fedals"].history[-1]["central-loss"]
     for k, v in runs["fedals"].global_state.items():
         assert torch.equal(resumed.global_state[k], v), k
 
