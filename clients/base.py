@@ -13,13 +13,12 @@ ClientApp commits only after ``fit`` returned.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from fedapp.config import ConfigError, RunConfig
 from fedapp.data import BatchLoader
 from fedapp.experiment import ClientData
 from fedapp.records import Payload, Tensors
-from fedapp.training import CHANNELS_LAST, evaluate
+from fedapp.training import CHANNELS_LAST, evaluate, make_optimizer, step_lr, task_loss
 
 
 class FedClient:
@@ -79,7 +78,7 @@ class FedClient:
                            channels_last=self.cfg.channels_last and self.device.type in CHANNELS_LAST)
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(self.model(x), y)
+        return task_loss(self.model, x, y)
 
     # ---- hooks -------------------------------------------------------------------
     def load_model(self, payload: Payload) -> None:
@@ -107,21 +106,30 @@ class FedClient:
         """Update ``self.state`` after local training (duals, control variates, ...)."""
 
     # ---- training ----------------------------------------------------------------
+    def keeps_optimizer(self) -> bool:
+        """SGD momentum persists where the algorithm keeps it; AdamW's moments always do (the FedALS
+        authors' clients keep one AdamW throughout)."""
+        return self.keep_optimizer_state or self.setting("optimizer") != "sgd"
+
     def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
-        opt = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=self.setting("momentum"),
-                              weight_decay=self.setting("weight-decay"))
-        saved = self.state.get("momentum")
-        if self.keep_optimizer_state and saved:
-            for name, p in self.model.named_parameters():
-                if name in saved:
-                    opt.state[p]["momentum_buffer"] = saved[name].to(self.device).clone()
+        opt = make_optimizer(self.model.parameters(), self.config, lr)
+        if self.keeps_optimizer():  # saved as state["momentum"] or state["adamw.<buffer>"], by parameter
+            for key, saved in self.state.items():
+                if key == "momentum" or key.startswith("adamw."):
+                    buffer = "momentum_buffer" if key == "momentum" else key[len("adamw."):]
+                    for name, p in self.model.named_parameters():
+                        if name in saved:
+                            opt.state[p][buffer] = saved[name].to(self.device if saved[name].dim() else "cpu").clone()
         return opt
 
     def save_optimizer(self, opt: torch.optim.Optimizer) -> None:
-        if self.keep_optimizer_state:
-            self.state["momentum"] = {name: opt.state[p]["momentum_buffer"].detach().cpu().clone()
-                                      for name, p in self.model.named_parameters()
-                                      if "momentum_buffer" in opt.state.get(p, {})}
+        if self.keeps_optimizer():
+            params = dict(self.model.named_parameters())
+            buffers = {b for p in params.values() for b in opt.state.get(p, {})}
+            for buffer in buffers:
+                self.state["momentum" if buffer == "momentum_buffer" else f"adamw.{buffer}"] = {
+                    name: torch.as_tensor(opt.state[p][buffer]).detach().cpu().clone()
+                    for name, p in params.items() if buffer in opt.state.get(p, {})}
 
     def train(self, steps: int, lr: float, seed: int) -> dict[str, float]:
         """``steps`` SGD steps; returns the mean training loss."""
@@ -129,8 +137,12 @@ class FedClient:
         loader = self.loader(seed)
         opt = self.make_optimizer(lr)
         clip = self.setting("grad-clip")
+        schedule = self.setting("lr-schedule")
+        done = int(self.state.get("schedule", {}).get("t", 0))  # this client's earlier local iterations
         total = torch.zeros((), device=self.device)
-        for _ in range(steps):
+        for k in range(steps):
+            for group in opt.param_groups:
+                group["lr"] = step_lr(schedule, lr, done + k)
             x, y = loader.next_batch()
             opt.zero_grad(set_to_none=False)
             total += self.compute_gradient(x, y).detach()
@@ -139,6 +151,8 @@ class FedClient:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
             opt.step()
         self.save_optimizer(opt)
+        if schedule != "constant":
+            self.state["schedule"] = {"t": torch.tensor(done + steps)}
         return {"train-loss": total.item() / max(steps, 1)}
 
     def round_seed(self, config: dict) -> int:

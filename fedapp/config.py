@@ -164,7 +164,17 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("lr", float, 0.05, "Local learning rate.", low=0.0, low_open=True),
     Key("lr-decay", float, 1.0, "Learning rate multiplier per round: lr * lr-decay**(round-1).", low=0.0, high=1.0, low_open=True),
     Key("momentum", float, 0.0, "Local SGD momentum.", low=0.0, high=1.0),
-    Key("weight-decay", float, 0.0, "Local SGD weight decay.", low=0.0),
+    Key("weight-decay", float, 0.0, "Local SGD weight decay (adamw: the decoupled weight decay).", low=0.0),
+    Key("optimizer", str, "sgd", "Local optimiser: sgd (momentum, weight-decay), adamw (torch's AdamW: adam-beta1, "
+        "adam-beta2, adam-eps, weight-decay) or adamw-authors (the same as transformers' old AdamW computes it, the "
+        "FedALS authors' LLM code); AdamW's moments stay on the client between rounds.",
+        ("sgd", "adamw", "adamw-authors")),
+    Key("adam-beta1", float, 0.9, "adamw: beta1, the first moment's decay.", low=0.0, high=1.0),
+    Key("adam-beta2", float, 0.999, "adamw: beta2, the second moment's decay.", low=0.0, high=1.0),
+    Key("adam-eps", float, 1e-8, "adamw: eps, added to the second moment's root.", low=0.0, low_open=True),
+    Key("lr-schedule", str, "constant", "Learning rate of each local iteration: constant (the round's lr) or "
+        "fedals-inverse, lr / (t/100 + 10) at the client's local iteration t, counted over its rounds (FedALS, "
+        "Appendix E.2).", ("constant", "fedals-inverse")),
     Key("grad-clip", float, 0.0, "Clip each local step's gradient, after the algorithm's correction terms and before "
         "the optimizer's weight decay, to this l2 norm (FedSMOO's authors' simulator: 10); 0: off.", low=0.0),
     Key("seed", int, 0, "Seed for data, initial model and client sampling.", low=0),

@@ -64,7 +64,10 @@ def check_model(cfg: RunConfig, ds: Dataset) -> torch.nn.Module:
         model.eval()
         with torch.no_grad():
             out = model(prepare(ds.train_x[:2], ds.mean, ds.std))
-        if not isinstance(out, torch.Tensor) or tuple(out.shape) != (min(2, len(ds.train_y)), ds.num_classes):
+        # a causal language model (fedapp/llm.py) gives next-token logits and scores its own inputs
+        shape = (min(2, len(ds.train_y)), ds.num_classes) if not getattr(model, "causal_lm", False) else \
+            (min(2, len(ds.train_y)), *out.shape[1:])
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != shape:
             raise ValueError(f"it gives outputs of shape {tuple(getattr(out, 'shape', ()))}, not (batch, "
                              f"{ds.num_classes} classes)")
     except (RuntimeError, ValueError, TypeError, IndexError) as err:

@@ -1,4 +1,5 @@
-"""Evaluation shared by clients (local test split) and the server (global test set)."""
+"""Evaluation shared by clients (local test split) and the server (global test set), and the local
+optimisers and learning-rate schedules every client trains with."""
 
 from __future__ import annotations
 
@@ -15,6 +16,82 @@ EVAL_BATCH_DEFAULT = 1024
 # faster on them (one thread, evaluation: LeNet 2.5x, HCCT's CNN 1.7x, ResNet-20 1.35x, ResNet-18-GN
 # 1.0-1.2x; docs/performance.md, change 28); the logits differ from NCHW's in float rounding (about 1e-8).
 CHANNELS_LAST = {"cpu"}
+
+
+def step_lr(schedule: str, lr: float, t: int) -> float:
+    """The learning rate of a client's local iteration ``t`` (0-based, counted over all its rounds):
+    ``constant`` the round's ``lr``; ``fedals-inverse`` lr / (t / 100 + 10) (FedALS, Appendix E.2:
+    eta / (t/100 + 10); the authors' ``learning_rate`` with cte = [100, 10])."""
+    return lr if schedule == "constant" else lr / (t / 100 + 10)
+
+
+class AuthorsAdamW(torch.optim.Optimizer):
+    """AdamW as ``transformers.AdamW`` (removed in transformers 5) computes it, which the FedALS
+    authors' code trains OPT with: eps is added to sqrt(v) before the bias correction, and the
+    decoupled weight decay is applied after the step, from the updated weights:
+
+        p <- p - lr sqrt(1 - beta2^k) / (1 - beta1^k) m / (sqrt(v) + eps);   p <- p - lr wd p
+
+    ``torch.optim.AdamW`` (``optimizer='adamw'``) divides by sqrt(v / (1 - beta2^k)) + eps and decays
+    first; the two agree when eps is small against sqrt(v)."""
+
+    def __init__(self, params, lr, betas, eps, weight_decay):
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            (beta1, beta2), lr = group["betas"], group["lr"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state.update(step=torch.zeros(()), exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+                state["step"] += 1
+                k = float(state["step"])
+                state["exp_avg"].mul_(beta1).add_(p.grad, alpha=1.0 - beta1)
+                state["exp_avg_sq"].mul_(beta2).addcmul_(p.grad, p.grad, value=1.0 - beta2)
+                denom = state["exp_avg_sq"].sqrt().add_(group["eps"])
+                p.addcdiv_(state["exp_avg"], denom, value=-lr * (1.0 - beta2 ** k) ** 0.5 / (1.0 - beta1 ** k))
+                if group["weight_decay"] > 0.0:
+                    p.add_(p, alpha=-lr * group["weight_decay"])
+
+
+def make_optimizer(params, settings: dict, lr: float) -> torch.optim.Optimizer:
+    """The local optimiser the run config names (``optimizer``), with its settings from the message
+    config: SGD with ``momentum`` and ``weight-decay``; AdamW (torch's, or the authors' variant) with
+    betas (``adam-beta1``, ``adam-beta2``), ``adam-eps`` and decoupled ``weight-decay``."""
+    name = settings["optimizer"]
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=settings["momentum"], weight_decay=settings["weight-decay"])
+    kind = torch.optim.AdamW if name == "adamw" else AuthorsAdamW
+    return kind(params, lr=lr, betas=(settings["adam-beta1"], settings["adam-beta2"]), eps=settings["adam-eps"],
+                weight_decay=settings["weight-decay"])
+
+
+def task_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The training loss of one batch: cross-entropy of the logits against the labels, or a causal
+    language model's own next-token loss (``causal_lm``, fedapp/llm.py)."""
+    if getattr(model, "causal_lm", False):
+        return model.lm_loss(x)
+    return F.cross_entropy(model(x), y)
+
+
+@torch.no_grad()
+def evaluate_lm(model: torch.nn.Module, x: torch.Tensor, device: torch.device | str) -> dict[str, float]:
+    """A causal language model on token ids, as the FedALS authors measure its test loss: the mean over
+    batches of 32 (``fedapp.llm.EVAL_BATCH``) of each batch's mean next-token loss; ``accuracy`` is the
+    share of next tokens predicted right (top-1), over all of them."""
+    from fedapp.llm import EVAL_BATCH
+
+    model.eval()
+    losses, correct, tokens = [], 0, 0
+    for i in range(0, len(x), EVAL_BATCH):
+        loss, right, count = model.lm_scores(x[i:i + EVAL_BATCH].to(device))
+        losses.append(loss.item())
+        correct, tokens = correct + int(right), tokens + count
+    return {"loss": sum(losses) / max(len(losses), 1), "accuracy": correct / max(tokens, 1), "num-examples": len(x)}
 
 
 @torch.no_grad()
@@ -37,6 +114,8 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, mean=(
     The sums stay on ``device`` until the end (one copy to the host, not one per batch); they are
     float64, added in the same order as Python floats would be, so the numbers are the same.
     """
+    if getattr(model, "causal_lm", False):
+        return evaluate_lm(model, x, device)
     model.eval()
     n = len(y)
     batch_size = batch_size or EVAL_BATCH.get(torch.device(device).type, EVAL_BATCH_DEFAULT)

@@ -49,7 +49,8 @@ LR_DECAY = Key("lr-decay", float, 0.0, "This method's lr decay per round; 0: the
 #: evaluation message's config carries them (``client_settings``), so a client never reads them from
 #: its own run config
 CLIENT_SETTINGS = ("batch-size", "local-steps", "local-epochs", "momentum", "weight-decay", "grad-clip",
-                   "augment-recipe", "eval-label-mask")
+                   "augment-recipe", "eval-label-mask", "optimizer", "adam-beta1", "adam-beta2", "adam-eps",
+                   "lr-schedule")
 
 
 class Settings(ABCMeta):

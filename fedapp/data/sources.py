@@ -27,7 +27,7 @@ from PIL import Image
 
 from .indices import local_test_split
 from .tables import frame_arrays, load_hub, read_table_dir
-from .text import derive_shakespeare, select_roles
+from .text import _plays, derive_shakespeare, select_roles, speaking_roles
 
 SPLITS = ("train", "test")
 _GREY_MODES = {"1", "L", "LA", "I", "I;16", "F"}
@@ -81,6 +81,10 @@ DATASETS: dict[str, Source] = {
     "digit5": Source(),  # local directory only: see _read_digit5
     "shakespeare": Source(),  # LEAF's task derived from the raw plays (text.py)
     "table": Source(),  # the user's own train.csv / train.parquet (tables.py)
+    # sentence-pair prompts for causal language models (fedapp/llm.py, the llm extra): MultiNLI from the hub,
+    # and an offline stand-in made from the Shakespeare plays
+    "mnli": Source(),
+    "shakespeare-pairs": Source(),
 }
 #: the run-config keys that shape a table or hub dataset (``load_dataset``'s ``options``)
 DATA_OPTIONS = ("label-column", "feature-columns", "text-column", "client-column", "seq-len",
@@ -124,6 +128,8 @@ def load_dataset(
                                     f"(and optionally test.csv or test.parquet); got {data_dir!r}")
         arrays = _cached(name, f"{_fingerprint(path)}:{sorted(opts.items())}", lambda: read_table_dir(path, opts))
         return _dataset_of(name, arrays, augment=False)
+    if name in ("mnli", "shakespeare-pairs"):
+        return _dataset_of(name, _prompt_pairs(name, data_dir), augment=False)
     if name == "shakespeare":
         dirs = search_dirs(data_dir)
         path = _find_local(name, dirs, tree="")
@@ -164,6 +170,28 @@ def load_dataset(
             key = f"hub:{src.hub_id}:{src.hub_config}"
             arrays = _cached(name, key, lambda: _read_hub(name, src, dirs))
     return _dataset_of(name, arrays, src.augment)
+
+
+def _prompt_pairs(name: str, data_dir: str) -> dict:
+    """The token ids of ``mnli`` (from the hub) or ``shakespeare-pairs`` (from the plays), cached."""
+    try:
+        from fedapp import llm
+    except ImportError as err:
+        raise ValueError(f"{name} needs the llm extra (pip install -e '.[llm]'): {err}") from None
+    if name == "mnli":
+        def build():
+            if not _hub_reachable():
+                raise OSError(llm.HUB_NEEDED.format(err="no connection", what=f"the dataset {llm.MNLI_ID}"))
+            return llm.read_mnli()
+        return _cached(name, f"hub:{llm.MNLI_ID}:{llm.OPT_ID}", build)
+    dirs = search_dirs(data_dir)
+    path = _find_local("shakespeare", dirs, tree="")
+    if path is None:
+        raise FileNotFoundError(f"shakespeare-pairs is made from the raw plays: <dir>/shakespeare.tar.gz or "
+                                f"<dir>/shakespeare/*.txt; looked in {', '.join(map(str, dirs))}")
+    def build():  # each play's roles' lines
+        return llm.read_shakespeare_pairs([list(speaking_roles(text).values()) for _, text in _plays(path)])
+    return _cached(name, f"pairs-v1:{_fingerprint(path)}", build)
 
 
 def _dataset_of(name: str, arrays: dict, augment: bool) -> Dataset:

@@ -1,0 +1,269 @@
+"""FedALS on a language model (Table 1's OPT-125M / MultiNLI row), offline: a random-weight OPT of 12
+decoder layers cut as the authors cut it, AdamW and the eta / (t/100 + 10) schedule as run-config
+options, the body averaged every alpha tau steps, the traffic of Table 2's count for the OPT cut,
+and the authors' LLM path (simulations/fedals/authors_golden_llm.py) on the same tiny setting."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from clients.fedals import FedALSClient  # noqa: E402
+from clients.fedavg import FedAvgClient  # noqa: E402
+from conftest import SHARED_DATA  # noqa: E402
+from fedapp.config import ConfigError, parse_run_config  # noqa: E402
+from fedapp.experiment import ClientData  # noqa: E402
+from fedapp.inprocess import InProcessGrid, run_local  # noqa: E402
+from fedapp.llm import CausalLM, encode, opt125m_random, opt_tiny, prompt, word_tokenizer  # noqa: E402
+from fedapp.training import evaluate_lm, step_lr  # noqa: E402
+from simulations.fedals.authors_golden import summary  # noqa: E402
+from simulations.fedals.authors_golden_llm import CHECKPOINTS, SETTING, golden_prompts, initial_state  # noqa: E402
+from strategies.base import FedStrategy, weighted_mean  # noqa: E402
+from strategies.driver import Reply  # noqa: E402
+from strategies.fedals import FedALS  # noqa: E402
+
+GOLDEN = Path(__file__).parent / "data" / "fedals_authors_golden_llm.json"
+PLAYS = SHARED_DATA / "shakespeare.tar.gz"
+needs_plays = pytest.mark.skipif(not PLAYS.is_file(), reason=f"the raw plays are not at {PLAYS}")
+
+
+@pytest.fixture(scope="module")
+def golden_data():
+    """The golden setting's tokenizer, per-node training ids and test ids."""
+    train, test = golden_prompts(prompt)
+    tok = word_tokenizer(train + test)
+    return tok, encode(tok, train), encode(tok, test)
+
+
+def tiny_model(vocab: int) -> CausalLM:
+    return opt_tiny((128,), 3, vocab_size=vocab, seq_len=128)
+
+
+def authors_groups(keys: list[str]) -> list[list[str]]:
+    """The authors' layer groups of an OPT (DSGDAlg.parallel_sgd_layer): a group opens at each key ending
+    in k_proj.weight or naming "tokens" or "lm_head"."""
+    groups: list[list[str]] = []
+    for k in keys:
+        if k.endswith("k_proj.weight") or "tokens" in k or "lm_head" in k:
+            groups.append([k])
+        else:
+            groups[-1].append(k)
+    return groups
+
+
+def test_opt_cut_is_the_authors_body_and_head():
+    """Table 5's cut as the authors' code makes it: their 14 groups (embeddings with the final layer norm,
+    12 decoder layers, lm_head); L = 11 of them are the body (10 decoder layers), the rest the head.
+    fedals.body-layers = 0 takes the model's declared head; an OPT without the declaration is refused
+    with one line naming 'head-modules'."""
+    from transformers import OPTForCausalLM
+
+    from fedapp.llm import opt_config
+
+    model = tiny_model(50)
+    cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.llm:opt_tiny"})
+    body, head = FedALS.body_head(cfg, model)
+    groups = authors_groups(list(model.state_dict()))
+    assert len(groups) == 14 and groups[0][-1] == "lm.model.decoder.final_layer_norm.bias"
+    assert body == [k for g in groups[:11] for k in g] and head == [k for g in groups[11:] for k in g]
+    assert head[0] == "lm.model.decoder.layers.10.self_attn.k_proj.weight" and head[-1] == "lm.lm_head.weight"
+    bare = OPTForCausalLM(opt_config(16, 50, 128))
+    with pytest.raises(ConfigError, match=r"^run config 'head-modules' = '' is invalid for fedals: OPTForCausalLM "
+                                          r"declares no head"):
+        FedALS.check_model(cfg, bare)
+
+
+@pytest.mark.parametrize("key,value", [("optimizer", "adam"), ("lr-schedule", "cosine"), ("adam-beta2", 1.5),
+                                       ("adam-eps", 0.0)])
+def test_bad_optimizer_settings_are_one_line(key, value):
+    with pytest.raises(ConfigError, match=rf"^run config '{key}' = {value!r} is invalid: allowed is "):
+        parse_run_config({key: value})
+
+
+def test_fedals_inverse_schedule():
+    """Appendix E.2: eta / (t/100 + 10) at local iteration t."""
+    assert step_lr("fedals-inverse", 0.5, 0) == 0.05 and step_lr("fedals-inverse", 0.5, 100) == 0.5 / 11
+    assert step_lr("constant", 0.5, 1234) == 0.5
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "adamw-authors"])
+def test_adamw_state_and_schedule_persist_between_rounds(golden_data, optimizer):
+    """A FedAvg client trains 2 rounds of 3 steps from the model it sent (one client: the average is its
+    own model): its AdamW moments and step count and its iteration count t stay in its state, so the
+    result is one round of 6 steps (every batch is the client's whole data)."""
+    tok, x, _ = golden_data
+    data = ClientData(0, x[:4], torch.zeros(4, dtype=torch.long), x[:0], x[:0].long(), 3, (), (), False,
+                      vocab_size=len(tok))
+    run_config = {"strategy": "fedavg", "model": "fedapp.llm:opt_tiny", "batch-size": 4, "lr": 0.01,
+                  "optimizer": optimizer, "weight-decay": 1e-4, "lr-schedule": "fedals-inverse", "adam-eps": 1e-6}
+    cfg = parse_run_config(run_config)
+    torch.manual_seed(0)
+    init = tiny_model(len(tok)).state_dict()
+
+    def fit(steps, state, arrays, rnd):
+        model = tiny_model(len(tok))
+        config = {**FedStrategy.client_settings(cfg), "lr": 0.01, "server-round": rnd, "local-steps": steps}
+        client = FedAvgClient(cfg, model, data, state)
+        payload, _ = client.fit({"arrays": arrays}, config)
+        return payload["arrays"], client.state
+
+    once, state_once = fit(6, {}, init, 1)
+    first, state = fit(3, {}, init, 1)
+    twice, state = fit(3, state, first, 2)
+    assert int(state["schedule"]["t"]) == 6 and int(state_once["schedule"]["t"]) == 6
+    assert {int(v) for v in state["adamw.step"].values()} == {6}
+    assert set(state["adamw.exp_avg"]) == {k for k, _ in tiny_model(len(tok)).named_parameters()}
+    for k in init:
+        torch.testing.assert_close(twice[k], once[k], rtol=1e-5, atol=1e-6, msg=k)
+    assert not torch.equal(twice["lm.lm_head.weight"], first["lm.lm_head.weight"])
+
+
+def drive(alpha: int, rounds: int, golden_data, *, first_one_step: bool, tau: int = 2):
+    """The FedALS strategy and 5 FedALS clients of the golden setting, round by round (server round
+    r + alpha, so round 0 is a body round). ``first_one_step``: round 0 is one step, as the authors'
+    loop averages after iteration 0. Yields (round, strategy, each client's effective state) after
+    each round: the model a client holds after loading what it keeps and what it received (its own
+    body between body averages; OPT's tied token embedding follows the head's lm_head)."""
+    tok, x, _ = golden_data
+    n, per = SETTING["nodes"], SETTING["per_node"]
+    cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.llm:opt_tiny", "num-clients": n, "batch-size": per,
+                            "local-steps": tau, "lr": 2.0 ** -SETTING["lr_exp"], "optimizer": "adamw-authors",
+                            "adam-eps": 1e-6, "weight-decay": 0.0, "lr-schedule": "fedals-inverse",
+                            "fedals.alpha": alpha})
+    model = tiny_model(len(tok))
+    model.load_state_dict(initial_state(model.state_dict()))
+    keys = list(model.state_dict())
+    data = [ClientData(k, x[k * per:(k + 1) * per], torch.zeros(per, dtype=torch.long), x[:0], x[:0].long(), 3, (),
+                       (), False, vocab_size=len(tok)) for k in range(n)]
+    strategy = FedALS(cfg, model)
+    states: dict[int, dict] = {k: {} for k in range(n)}
+    for rnd in range(rounds):
+        replies, server_round = [], rnd + alpha
+        for k in range(n):
+            config = {**strategy.train_config(k, server_round), "server-round": server_round,
+                      "local-steps": 1 if first_one_step and rnd == 0 else tau}
+            client = FedALSClient(cfg, tiny_model(len(tok)), data[k], states[k])
+            payload, metrics = client.fit(strategy.train_payload(k, server_round), config)
+            states[k] = client.state
+            replies.append(Reply(k, payload, metrics))
+        strategy.aggregate(server_round, replies)
+        own = []
+        for k in range(n):
+            received = strategy.global_state if strategy.body_round == server_round else \
+                {**strategy.global_state, **states[k]["body"]}
+            model.load_state_dict({key: received[key] for key in keys})  # lm_head loads last, as the client's
+            own.append({key: v.clone() for key, v in model.state_dict().items()})
+        yield rnd, strategy, own
+
+
+def test_fedals_averages_the_opt_body_every_alpha_tau_steps(golden_data):
+    """alpha = 3, tau = 2: after every round the clients hold one head (layers 10-11, lm_head and the
+    tied embedding); their bodies (decoder layers 0-9, positions, final layer norm) are one only after
+    rounds 3 and 6, the body averages (every 6 steps), and differ between them. With alpha = 1
+    (FedAvg) the bodies are one every round."""
+    for alpha, rounds in ((3, 7), (1, 2)):
+        for rnd, strategy, own in drive(alpha, rounds, golden_data, first_one_step=False):
+            server_round = rnd + alpha
+            for key in strategy.head_keys + ["lm.model.decoder.embed_tokens.weight"]:
+                assert all(torch.equal(o[key], own[0][key]) for o in own[1:]), (alpha, rnd, key)
+            body = [k for k in strategy.body_keys if k != "lm.model.decoder.embed_tokens.weight"]
+            same = [all(torch.equal(o[k], own[0][k]) for o in own[1:]) for k in body]
+            assert all(same) if server_round % alpha == 0 else not any(same), (alpha, rnd)
+            if server_round % alpha == 0:
+                assert strategy.body_round == server_round
+
+
+@pytest.mark.parametrize("alpha,billions", [(1, 1310.786), (10, 511.128)])
+def test_table2_parameters_per_client_opt125m(alpha, billions):
+    """Table 2's count for the OPT-125M cut: parameters a client receives plus sends in 2x10^4
+    iterations (tau = 5: 4000 rounds), the head every round and the body every alpha rounds, both ways.
+    What the records carry: every state entry of the part, so OPT's tied token embedding travels as
+    the head's lm_head every round and again as the body's embed_tokens (38.6M entries each). The split
+    comes from the full-width model on the meta device (no memory); the per-round traffic of this
+    split is what the strategy's records carry (test_fedals_llm_runs_and_resumes counts it on a run)."""
+    with torch.device("meta"):
+        model = opt125m_random((128,), 10, vocab_size=50272, seq_len=128)  # OPT-125M's embedding rows
+    cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.llm:opt125m_random"})
+    body, head = FedALS.body_head(cfg, model)
+    sd = model.state_dict()
+    assert sum(p.numel() for p in model.parameters()) == 125_239_296  # OPT-125M's 50,272 x 768 embedding, tied
+    n_body, n_head = (sum(sd[k].numel() for k in part) for part in (body, head))
+    assert (n_body, n_head) == (111_063_552, 52_784_640)
+    rounds = 20_000 // 5
+    total = 2 * rounds * n_head + 2 * (rounds // alpha) * n_body
+    assert round(total / 1e9, 3) == billions
+
+
+@needs_plays
+def test_fedavg_and_fedals_run_on_shakespeare_pairs_and_resume(tmp_path, monkeypatch):
+    """FedAvg and FedALS (alpha 2) run through the ServerApp on shakespeare-pairs with the random OPT,
+    AdamW and the schedule: the test loss falls, the records carry the head every round and the body
+    on body rounds; FedALS stopped after round 1 and resumed (its clients' bodies, AdamW moments and t
+    in their states) ends as the uninterrupted run."""
+    monkeypatch.setattr("fedapp.results.plot", lambda *a, **kw: None)
+    from fedapp.client_app import app
+
+    base = {"dataset": "shakespeare-pairs", "data-dir": str(SHARED_DATA), "model": "fedapp.llm:opt_tiny",
+            "num-clients": 5, "partition": "label-sorted", "num-server-rounds": 2, "local-steps": 2, "eval-every": 2,
+            "batch-size": 4, "lr": 0.05, "optimizer": "adamw", "lr-schedule": "fedals-inverse", "fedals.alpha": 2,
+            "fraction-evaluate": 0.0, "test-fraction": 0.0, "results-dir": str(tmp_path), "seed": 1}
+    runs = {s: run_local({**base, "strategy": s, "run-name": s}) for s in ("fedavg", "fedals")}
+    for s, strategy in runs.items():
+        losses = [row["central-loss"] for row in strategy.history if row.get("central-loss") is not None]
+        assert losses[-1] < losses[0], (s, losses)
+    rows = [r for r in runs["fedals"].history if r["round"] > 0]
+    body, head = FedALS.body_head(runs["fedals"].cfg, runs["fedals"].model)
+    sizes = {k: v.numel() for k, v in runs["fedals"].model.state_dict().items()}
+    n_head, n_body = sum(sizes[k] for k in head), sum(sizes[k] for k in body)
+    assert [r["train-params-up"] for r in rows] == [5 * n_head, 5 * (n_head + n_body)]
+    cut = {**base, "strategy": "fedals", "run-name": "cut", "num-server-rounds": 1}
+    grid = InProcessGrid(app, 5, cut)
+    run_local(cut, grid=grid)
+    resumed_config = {**cut, "num-server-rounds": 2, "resume-from": str(tmp_path / "cut")}
+    grid2 = InProcessGrid(app, 5, resumed_config)
+    for node, ctx in grid2.contexts.items():
+        ctx.state = grid.contexts[node].state  # the clients kept theirs
+    resumed = run_local(resumed_config, grid=grid2)
+    assert resumed.history[-1]["central-loss"] == runs["fedals"].history[-1]["central-loss"]
+    for k, v in runs["fedals"].global_state.items():
+        assert torch.equal(resumed.global_state[k], v), k
+
+
+@pytest.mark.skipif(not GOLDEN.is_file(), reason="the authors' golden numbers are not stored")
+def test_matches_authors_fedals_llm(golden_data):
+    """FedAvg and FedALS on the random OPT against the authors' LLM path (simulations/fedals/
+    authors_golden_llm.py ran their DSGDAlg.parallel_sgd_layer): 5 clients, tau = 2, alpha = 3, L = 11,
+    their AdamW (optimizer = 'adamw-authors', eps 1e-6, no weight decay) with eta / (t/100 + 10), the
+    same initial model, tokenizer and batches. Their loop averages after iteration 0 (one step) and then
+    every tau / alpha tau iterations: round 0 here is a one-step round that averages everything, then
+    rounds of tau steps. Compared: the averaged model and client 0's model after 1, 5, 7 and 13
+    iterations (rounds 0, 2, 3, 6; round 2 is between body averages), and their test loss of the
+    averaged model (one batch of 8 prompts: the mean next-token loss, padding positions included)."""
+    golden = json.loads(GOLDEN.read_text())
+    tok, _, test_x = golden_data
+    assert golden["vocab"] == len(tok)
+    keys = list(tiny_model(len(tok)).state_dict())
+    assert [k[len("lm."):] for k in keys] == golden["state_keys"]
+    rounds = {(c - 1) // SETTING["tau"]: i for i, c in enumerate(CHECKPOINTS)}
+    assert rounds == {0: 0, 2: 1, 3: 2, 6: 3}
+    model = tiny_model(len(tok))
+    for name, alpha in (("fedavg", 1), ("fedals", SETTING["alpha"])):
+        for rnd, strategy, own in drive(alpha, max(rounds) + 1, golden_data, first_one_step=True):
+            if rnd not in rounds:
+                continue
+            want = golden[name][rounds[rnd]]
+            averaged = weighted_mean(own, [1.0] * len(own))
+            model.load_state_dict(averaged)
+            np.testing.assert_allclose(summary(averaged), want["averaged"], rtol=1e-4, atol=1e-4,
+                                       err_msg=f"{name} round {rnd} averaged")
+            np.testing.assert_allclose(summary(own[0]), want["node0"], rtol=1e-4, atol=1e-4,
+                                       err_msg=f"{name} round {rnd} node 0")
+            assert evaluate_lm(model, test_x, "cpu")["loss"] == pytest.approx(want["test_loss"], rel=1e-5)
+    for i in range(1, len(CHECKPOINTS)):
+        assert not np.allclose(golden["fedavg"][i]["averaged"], golden["fedals"][i]["averaged"], rtol=1e-4, atol=1e-4)
