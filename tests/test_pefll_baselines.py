@@ -219,18 +219,25 @@ def initial():
     return TinyNet().state_dict()
 
 
+def golden_replies(name, client_cls, strategy_cls, check):
+    """Both golden clients' replies to the initial model, each checked by ``check(pid, out, client)``."""
+    replies = []
+    for pid in range(2):
+        cfg, c, config = golden_client(name, client_cls, strategy_cls, pid)
+        out, m = c.fit({"arrays": initial()}, config)
+        check(pid, out, c)
+        replies.append(Reply(pid, out, m))
+    return cfg, replies
+
+
 @pytest.mark.parametrize("name", ["perfedavg", "pfedme", "knnper"])
 def test_matches_fl_bench(name):
     """Our clients and aggregation against FL-bench's on simulations/pefll/flbench_golden.py's setting
     (tests/data/flbench_golden.json), float tolerance; each documented difference asserted."""
     if name == "perfedavg":  # first-order steps of one epoch, unweighted mean, one epoch of fine-tuning
         g = FLB["perfedavg"]
-        replies = []
-        for pid in range(2):
-            cfg, c, config = golden_client(name, PerFedAvgClient, PerFedAvg, pid)
-            out, m = c.fit({"arrays": initial()}, config)
-            assert_params(out["arrays"], g["fitted"][pid])
-            replies.append(Reply(pid, out, m))
+        cfg, replies = golden_replies(name, PerFedAvgClient, PerFedAvg,
+                                      lambda pid, out, c: assert_params(out["arrays"], g["fitted"][pid]))
         assert g["weights"] == [1, 1] and [r.num_examples for r in replies] == [20, 16]
         strategy = PerFedAvg(cfg, TinyNet())
         strategy.aggregate(1, replies)
@@ -240,16 +247,15 @@ def test_matches_fl_bench(name):
         assert_params(c.model.state_dict(), g["finetuned"])
     elif name == "pfedme":  # w replied, theta kept; the server's beta-mix of the n_i-weighted mean
         g = FLB["pfedme"]
-        replies = []
-        for pid in range(2):
-            cfg, c, config = golden_client(name, PFedMeClient, PFedMe, pid)
-            out, m = c.fit({"arrays": initial()}, config)
+
+        def check(pid, out, c):
             assert_params(out["arrays"], g["local"][pid])
             assert_params(c.state["personal"], g["personal"][pid])
-            replies.append(Reply(pid, out, m))
             # documented difference: FL-bench's client returns the personal model the server sent it (its
             # server never stores theta), so it evaluates the initial model; ours evaluates theta
             assert_params(initial(), g["returned-personal"][pid])
+
+        cfg, replies = golden_replies(name, PFedMeClient, PFedMe, check)
         assert [r.num_examples for r in replies] == g["weights"]
         strategy = PFedMe(cfg, TinyNet())
         strategy.aggregate(1, replies)

@@ -71,3 +71,11 @@ def test_no_machine_paths():
         found += [f"{rel}:{number}: {hit}" for number, hit in machine_paths(data.decode(errors="replace"))]
     if found:
         pytest.fail(f"{len(found)} lines name a machine path (use a placeholder):\n" + "\n".join(found), pytrace=False)
+
+
+def test_results_pages_at_most_250_lines():
+    """Each paper's results page and the performance page: what a Flower Baselines README gives, at most
+    250 lines (the history stays in git, the raw lines in simulations/bench/results/)."""
+    pages = sorted(ROOT.glob("simulations/*/README.md")) + [ROOT / "docs" / "performance.md"]
+    long = {str(p.relative_to(ROOT)): n for p in pages if (n := len(p.read_text().splitlines())) > 250}
+    assert len(pages) == 5 and long == {}
