@@ -209,7 +209,7 @@ COMMON_KEYS: tuple[Key, ...] = (
         ("raise", "stall", "wrong-shape", "nan", "inf", "scale", "negate", "sign-flip", "noise", "alie",
          "num-examples")),
     # robust aggregation (strategies/base.py): what a poisoned reply can do to the model
-    Key("screen-factor", float, 3.0, "Drop a training reply whose update norm exceeds this many times the "
+    Key("screen-factor", float, 1000.0, "Drop a training reply whose update norm exceeds this many times the "
         "exchange's median (0: off).", low=0.0),
     Key("screen-direction", bool, False, "Drop a training reply whose model update points away from the "
         "exchange's coordinate-wise median update (cosine <= 0; with 3 replies or more). It also drops honest "

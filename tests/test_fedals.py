@@ -58,7 +58,8 @@ def test_table2_parameters_per_client_resnet20_cifar10(alpha, billions):
         rnd = msg.content["config"]["server-round"]
         spec = strategy.reply_spec(pid, rnd)
         reply = make_content({name: {k: torch.zeros(s, dtype=d) for k, (s, d) in keys.items()}
-                              for name, keys in spec.items()}, metrics={"partition-id": pid, "num-examples": 10_000})
+                              for name, keys in spec.items()}, metrics={"partition-id": pid, "num-examples": 10_000,
+                                       "reply-nonce": msg.content["config"]["reply-nonce"]})
         if pid == 0:
             counts[rnd] = sent(msg.content) + sent(reply)
         return Message(reply, reply_to=msg)

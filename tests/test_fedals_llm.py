@@ -174,7 +174,9 @@ def test_fedals_averages_the_opt_body_every_alpha_tau_steps(golden_data):
                 assert all(torch.equal(o[key], own[0][key]) for o in own[1:]), (alpha, rnd, key)
             body = [k for k in strategy.body_keys if k != "lm.model.decoder.embed_tokens.weight"]
             same = [all(torch.equal(o[k], own[0][k]) for o in own[1:]) for k in body]
-            assert all(same) if server_round % alpha == 0 else not any(same), (alpha, rnd)
+            # between body rounds the bodies differ (the attention's key biases get no gradient: a softmax
+            # ignores a shift common to all keys, so those stay equal)
+            assert all(same) if server_round % alpha == 0 else not all(same), (alpha, rnd)
             if server_round % alpha == 0:
                 assert strategy.body_round == server_round
 

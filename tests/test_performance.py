@@ -309,7 +309,7 @@ def test_channels_last_training_gives_nchw_batches_values_and_model_up_to_roundi
         torch.manual_seed(0)
         client = FedClient(cfg, build_model("hcct-cnn", (3, 32, 32), 10),
                            ClientData(0, x, y, x[:0], y[:0], 10, mean, std, True), device="cpu")
-        client.config = {"batch-size": 32, "momentum": 0.9, "weight-decay": 0.0, "grad-clip": 0.0,
+        client.config = {"batch-size": 32, "optimizer": "sgd", "momentum": 0.9, "weight-decay": 0.0, "grad-clip": 0.0,
                          "augment-recipe": "standard"}
         client.train(6, 0.05, seed=2)
         models[cl] = client.model_tensors()
