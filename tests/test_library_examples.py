@@ -62,7 +62,7 @@ def test_plain_flower_clientapp_joins(example_runs):
     out, tmp = example_runs
     assert out["plain-flower-client"].returncode == 0, out["plain-flower-client"].stderr
     rows = json.loads((tmp / "results" / "p" / "rounds.json").read_text())["rounds"]
-    assert [r["round"] for r in rows] == [0, 1, 2]
+    assert [r["round"] for r in rows] == [0, 1, 2], out["plain-flower-client"].stdout[-6000:]
     assert [r["replies"] for r in rows[1:]] == [2, 2] and all(r["dropped-replies"] == 0 for r in rows[1:])
     # both nodes evaluated (50 test examples each): fed-accuracy is the mean of their accuracies
     accs = rows[-1]["fed-client-accuracy"]

@@ -106,13 +106,17 @@ def test_ray_workers_keep_the_priority_of_the_run_and_none_idle_is_prestarted(mo
     """Ray would start the simulated clients at nice 15, and prestart idle workers that the clients'
     actors do not use; the ClientApp module, which the simulation process imports before it starts Ray,
     asks for the run's own priority and no prestarted workers, unless the user set these."""
-    for user, expected in ((None, ours), ("7", "7")):
-        if user is None:
-            monkeypatch.delenv(key, raising=False)
-        else:
-            monkeypatch.setenv(key, user)
-        importlib.reload(fedapp.client_app)
-        assert os.environ[key] == expected
+    saved = dict(vars(fedapp.client_app))  # a reload rebinds `app`, which other tests hold by identity
+    try:
+        for user, expected in ((None, ours), ("7", "7")):
+            if user is None:
+                monkeypatch.delenv(key, raising=False)
+            else:
+                monkeypatch.setenv(key, user)
+            importlib.reload(fedapp.client_app)
+            assert os.environ[key] == expected
+    finally:
+        vars(fedapp.client_app).update(saved)
 
 
 def test_a_client_process_does_not_load_the_superlink():
@@ -310,7 +314,7 @@ def test_channels_last_training_gives_nchw_batches_values_and_model_up_to_roundi
         client = FedClient(cfg, build_model("hcct-cnn", (3, 32, 32), 10),
                            ClientData(0, x, y, x[:0], y[:0], 10, mean, std, True), device="cpu")
         client.config = {"batch-size": 32, "optimizer": "sgd", "momentum": 0.9, "weight-decay": 0.0, "grad-clip": 0.0,
-                         "augment-recipe": "standard"}
+                         "augment-recipe": "standard", "lr-schedule": "constant"}
         client.train(6, 0.05, seed=2)
         models[cl] = client.model_tensors()
     for k, v in models[False].items():  # the same six steps, rounded differently
