@@ -40,6 +40,7 @@ from fedapp import registry
 from fedapp.config import RunConfig, parse_run_config
 from fedapp.experiment import ClientData, client_data, device_of, model_for
 from fedapp.faults import fault_mod
+from fedapp.privacy import dp_mod
 from fedapp.records import Payload, from_record, make_content, payload_of
 from fedapp.results import atomic_write
 from fedapp.watchdog import superlink_watchdog_mod
@@ -59,9 +60,11 @@ STATE_PREFIX = "state."  # the latest committed version's records; other kept on
 #: (a spilled one only on disk), and the one committed last
 VERSIONS = "state-versions"
 
-# the SuperLink watchdog, only at a SuperNode's ClientApp processes (fedapp/watchdog.py), and
-# fault injection, a no-op unless the run config sets fault-fraction (fedapp/faults.py)
-app = ClientApp(mods=[superlink_watchdog_mod, fault_mod])
+# the SuperLink watchdog, only at a SuperNode's ClientApp processes (fedapp/watchdog.py), fault
+# injection, a no-op unless the run config sets fault-fraction (fedapp/faults.py), and Flower's
+# clipping mod where the run config asks for client-side dp (fedapp/privacy.py), innermost: it clips
+# what the client computed (an injected attacker bypasses it, as a malicious site would)
+app = ClientApp(mods=[superlink_watchdog_mod, fault_mod, dp_mod])
 
 
 def partition_id(context: Context) -> int:

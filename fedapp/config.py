@@ -223,6 +223,23 @@ COMMON_KEYS: tuple[Key, ...] = (
         "in [0, 0.5).", low=0.0, high=0.5),
     Key("krum-byzantine", int, 0, "krum: f, the attackers it tolerates (scores over the n - f - 2 nearest).", low=0),
     Key("krum-select", int, 1, "krum: m replies with the best scores are averaged (1: Krum, more: Multi-Krum).", low=1),
+    # differential privacy (fedapp/privacy.py): Flower's DP wrappers and clipping mods, epsilon by dp-accounting
+    Key("dp", str, "none", "Central differential privacy of the model updates (Flower's wrappers): clipping on the "
+        "server or at the clients (Flower's clipping mods), at a fixed or adaptive norm, Gaussian noise on the "
+        "mean; the privacy spent is the rounds' dp-epsilon column. A strategy it is not sound for refuses it.",
+        ("none", "server-fixed", "server-adaptive", "client-fixed", "client-adaptive")),
+    Key("dp-noise-multiplier", float, 1.0, "dp: noise multiplier z; the mean of the n sampled clients' clipped "
+        "updates gets Gaussian noise of std z C / n (adaptive: z covers the noised clipped count too).", low=0.0),
+    Key("dp-clipping-norm", float, 1.0, "dp: L2 norm C every update is clipped to (adaptive: its initial value).",
+        low=0.0, low_open=True),
+    Key("dp-delta", float, 1e-5, "dp: delta at which the rounds' dp-epsilon is reported.", low=0.0, high=0.5,
+        low_open=True),
+    Key("dp-target-clipped-quantile", float, 0.5, "dp adaptive: quantile of the update norms the clipping norm "
+        "tracks.", low=0.0, high=1.0),
+    Key("dp-clip-norm-lr", float, 0.2, "dp adaptive: learning rate of the clipping norm's geometric update.",
+        low=0.0, low_open=True),
+    Key("dp-clipped-count-stddev", float, 0.0, "dp adaptive: std of the noise on the count of clipped updates; "
+        "0: Flower's default, sampled clients / 20.", low=0.0),
 )
 
 

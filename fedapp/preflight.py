@@ -132,6 +132,32 @@ def check_aggregation(cfg: RunConfig) -> None:
                           f"{why}; allowed is 'mean'")
 
 
+def check_privacy(cfg: RunConfig) -> None:
+    """``dp`` only where it is sound (fedapp.privacy: the strategy's update is the plain mean of its
+    replies' models, combined by the mean), with its accountant installed, and adaptive clipping's
+    noise split possible (Flower's wrapper needs dp-clipped-count-stddev > dp-noise-multiplier / 2)."""
+    if cfg.dp == "none":
+        return
+    from fedapp import privacy
+
+    if why := privacy.refusal(cfg.strategy):
+        raise ConfigError(f"run config 'dp' = {cfg.dp!r} is invalid for strategy {cfg.strategy!r}: {why}; "
+                          "allowed is 'none'")
+    if cfg.aggregation != "mean":
+        raise ConfigError(f"run config 'aggregation' = {cfg.aggregation!r} is invalid with 'dp' = {cfg.dp!r}: the "
+                          "noise is calibrated to the mean's sensitivity C / n; allowed is 'mean'")
+    if importlib.util.find_spec("dp_accounting") is None:
+        raise ConfigError(f"run config 'dp' = {cfg.dp!r} needs the dp-accounting package for its privacy "
+                          "accountant: pip install -e '.[dp]'")
+    n, z = privacy.planned_sample(cfg), cfg.dp_noise_multiplier
+    sigma = cfg.dp_clipped_count_stddev or n / 20
+    if cfg.dp.endswith("adaptive") and z > 0 and z >= 2 * sigma:
+        raise ConfigError(f"run config 'dp-clipped-count-stddev' = {cfg.dp_clipped_count_stddev} is invalid with "
+                          f"'dp-noise-multiplier' = {z}: adaptive clipping needs a count noise std above z / 2 = "
+                          f"{z / 2:g}" + ("" if cfg.dp_clipped_count_stddev else
+                                          f" (0 takes n / 20 = {n / 20:g}, n = {n} clients a round)"))
+
+
 def warn_foreign_keys(cfg: RunConfig) -> None:
     """One line naming the keys of other algorithms set away from their defaults: they have no
     effect on the chosen strategy. A warning, not an error: a setting file may set the keys of
@@ -151,6 +177,7 @@ def check(run_config: Mapping[str, Any], local: bool = True, base: Path | None =
     ``base``: what a relative ``results-dir`` is relative to (default: the working directory)."""
     cfg = parse_run_config(run_config)
     check_aggregation(cfg)
+    check_privacy(cfg)
     warn_foreign_keys(cfg)
     check_results_dir(cfg, base)
     if local:

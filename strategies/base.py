@@ -307,7 +307,8 @@ class FedStrategy(Strategy, metaclass=Settings):
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> None:
         """Update the server state from the valid replies (at least min-train-nodes)."""
-        weights = [r.num_examples if self.weighted else 1.0 for r in replies]
+        # under dp a uniform mean: one client moves it by at most C / n, what the noise is calibrated to
+        weights = [r.num_examples if self.weighted and self.cfg.dp == "none" else 1.0 for r in replies]
         self.global_state = self.combine([r.payload["arrays"] for r in replies], weights)
 
     def eval_broadcast(self, server_round: int) -> Payload:
@@ -461,7 +462,12 @@ class FedStrategy(Strategy, metaclass=Settings):
 
     # ---- rounds ----------------------------------------------------------------------
     def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]:
-        """One round of training: Flower's configure_train, the exchange, aggregate_train."""
+        """One round of training: Flower's configure_train, the exchange, aggregate_train (under
+        ``dp``, those of Flower's DP wrapper around this strategy: fedapp.privacy)."""
+        if self.cfg.dp != "none":
+            from fedapp.privacy import private_round
+
+            return {**private_round(self, server_round, grid), **self.round_row(server_round)}
         with self.driving():
             msgs = self.configure_train(server_round, None, self.base_config["train"], grid)
         replies = self.driver.exchange(grid, msgs)

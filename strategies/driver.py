@@ -135,6 +135,11 @@ def send_and_receive(grid: Grid, msgs: list[Message], timeout: float | None,
         wait = min(2 * wait, longest)
 
 
+def sample_size(pool: int, fraction: float, min_nodes: int) -> int:
+    """Clients a round samples from ``pool`` of them: ``fraction`` of it, at least ``min_nodes``."""
+    return min(pool, max(min_nodes, int(round(fraction * pool))))
+
+
 class Driver:
     """Runs one strategy's rounds; ``strategy`` supplies the hooks (``FedStrategy``)."""
 
@@ -237,7 +242,7 @@ class Driver:
 
     def sample(self, pool: list[int], fraction: float) -> list[int]:
         """Seeded sample of ``fraction`` of ``pool`` (at least min-train-nodes), sorted."""
-        n = min(len(pool), max(self.cfg.min_train_nodes, int(round(fraction * len(pool)))))
+        n = sample_size(len(pool), fraction, self.cfg.min_train_nodes)
         return sorted(int(p) for p in self.strategy.rng.choice(pool, size=n, replace=False))
 
     # ---- messages --------------------------------------------------------------------
