@@ -1,0 +1,212 @@
+"""Differential privacy (fedapp/privacy.py): Flower's DP wrappers and clipping mods on fedapp's
+strategies, their refusals at preflight, and the epsilon of the rounds' rows."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from dp_accounting import dp_event
+from dp_accounting.rdp import RdpAccountant
+from flwr.app import MessageType
+from flwr.supercore.differential_privacy import compute_adaptive_noise_params
+
+from fedapp import preflight, privacy, registry
+from fedapp.client_app import app
+from fedapp.config import ConfigError, parse_run_config
+from fedapp.inprocess import InProcessGrid, run_local
+from fedapp.records import from_record
+from fedapp.server_app import build_strategy
+from strategies.base import FedStrategy
+
+MECHANISMS = tuple(privacy.WRAPPERS)
+#: 4 synthetic clients, 2 rounds, nothing evaluated: what the clipping and the noise act on
+SMALL = {"num-clients": 4, "num-server-rounds": 2, "local-steps": 2, "batch-size": 8, "seed": 3,
+         "checkpoint-every": 0, "fraction-evaluate": 0.0, "central-eval": False}
+
+
+class WireGrid(InProcessGrid):
+    """An in-process grid that keeps every training reply as it left its client, with what was sent."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.wire: list[tuple[dict, dict]] = []  # (sent arrays, reply arrays)
+
+    def _answer(self, mid, msg, kind, out):
+        if kind == "reply" and msg.metadata.message_type == MessageType.TRAIN:
+            self.wire.append((from_record(msg.content["arrays"]), from_record(out["arrays"])))
+        super()._answer(mid, msg, kind, out)
+
+
+def norm(update: dict[str, torch.Tensor]) -> float:
+    return math.sqrt(sum(float((v.double() ** 2).sum()) for v in update.values()))
+
+
+def delta(new: dict, old: dict) -> dict[str, torch.Tensor]:
+    return {k: new[k].double() - old[k].double() for k in old if old[k].is_floating_point()}
+
+
+def dp_run(monkeypatch, strategy: str, dp: str, z: float, clip: float, **kw):
+    """A run under ``dp``; returns (strategy, wire replies, per round: (model sent, the clipped
+    updates the strategy averaged, their mean before the noise))."""
+    rc = {**SMALL, "strategy": strategy, "dp": dp, "dp-noise-multiplier": z, "dp-clipping-norm": clip, **kw}
+    rounds: list[tuple[dict, list[dict], dict]] = []
+    aggregate = FedStrategy.aggregate
+
+    def spy(self, server_round, replies):
+        sent = {k: v.clone() for k, v in self.global_state.items()}
+        updates = [delta(r.payload["arrays"], self.driver.sent[r.pid]["arrays"]) for r in replies]
+        aggregate(self, server_round, replies)
+        rounds.append((sent, updates, {k: v.clone() for k, v in self.global_state.items()}))
+
+    monkeypatch.setattr(FedStrategy, "aggregate", spy)
+    cfg = preflight.check(rc)
+    s = build_strategy(cfg)
+    grid = WireGrid(app, cfg.num_clients, rc)
+    s.start(grid)
+    return s, grid.wire, rounds
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("name", privacy.ACCEPTS)
+def test_dp_clips_every_record(name, mechanism, monkeypatch):
+    """Without noise (z = 0) every update a strategy averages is clipped to the round's norm C, the
+    new model is their uniform mean, and client-side clipping (Flower's mod in fedapp's ClientApp)
+    clips at the client exactly what the server-side wrapper clips on the server. With noise, the
+    model is that mean plus Gaussian noise of std z' C' / n (Flower's compute_stdv)."""
+    clip = 1e-3  # the synthetic MLP's updates after 2 steps are longer (Per-FedAvg's 0.004): every one is clipped
+    s, wire, rounds = dp_run(monkeypatch, name, mechanism, 0.0, clip)
+    norms = [r["dp-clipping-norm"] for r in s.history[1:]]
+    assert len(rounds) == 2 and norms[0] == clip
+    wire_norms = [norm(delta(reply, sent)) for sent, reply in wire]
+    for (sent, updates, mean), c in zip(rounds, norms):
+        assert len(updates) == 4
+        for u in updates:  # clipped to C (float32 rounding), and C is below every raw update
+            assert norm(u) == pytest.approx(c, rel=1e-5)
+        uniform = {k: sum(u[k] for u in updates) / len(updates) for k in updates[0]}
+        for k, v in uniform.items():
+            torch.testing.assert_close(mean[k].double() - sent[k].double(), v, rtol=0, atol=1e-7)
+    if mechanism.startswith("client"):  # clipped before it left the client
+        assert max(wire_norms) <= max(norms) * (1 + 1e-5)
+    if mechanism.startswith("client") and name == "fedavg":
+        twin = dp_run(monkeypatch, name, mechanism.replace("client", "server"), 0.0, clip)[2]
+        for (_, got, _), (_, want, _) in zip(rounds, twin):
+            for g, w in zip(got, want):
+                for k in w:
+                    torch.testing.assert_close(g[k], w[k], rtol=0, atol=1e-7)
+    else:
+        assert min(wire_norms) > 2 * clip
+    # the next round starts from the mean itself: z = 0 adds no noise
+    assert all(torch.equal(rounds[1][0][k], rounds[0][2][k]) for k in rounds[0][2])
+    if name != "fedavg":
+        return
+    z = 1.0
+    s, _, rounds = dp_run(monkeypatch, name, mechanism, z, clip, **{"dp-clipped-count-stddev": 1.0})
+    noise = torch.cat([(rounds[1][0][k].double() - rounds[0][2][k].double()).flatten() for k in rounds[0][2]])
+    dp = s.dp_wrapper
+    # the wrapper's noise multiplier (adaptive: z less the count's share) times the norm it held when
+    # it noised (adaptive: already the next round's)
+    c_noise = s.history[1].get("dp-clipping-norm-next", clip)
+    z_model = compute_adaptive_noise_params(z, 4, 1.0)[1] if mechanism.endswith("adaptive") else z
+    assert dp.noise_multiplier == z_model
+    assert float(noise.std()) == pytest.approx(z_model * c_noise / 4, rel=0.05)
+    assert abs(float(noise.mean())) < 4 * z_model * c_noise / 4 / math.sqrt(noise.numel())
+
+
+def one_line(err: pytest.ExceptionInfo) -> str:
+    text = str(err.value)
+    assert "\n" not in text
+    return text
+
+
+@pytest.mark.parametrize("name", sorted(privacy.REFUSALS))
+def test_dp_refused_where_unsound(name):
+    """A strategy whose replies carry more than the model, or whose server state is not their plain
+    mean, refuses dp at preflight in one line saying why, before any data is read."""
+    with pytest.raises(ConfigError) as err:
+        preflight.check({"strategy": name, "dp": "client-fixed", "num-clients": 4, "data-dir": "/nonexistent"})
+    assert one_line(err) == (f"run config 'dp' = 'client-fixed' is invalid for strategy '{name}': "
+                             f"{privacy.REFUSALS[name]}; allowed is 'none'")
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("name", ["scaffold", "fedsmoo"])
+def test_dp_refuses_every_mechanism_for_extra_records(name, mechanism):
+    """SCAFFOLD's control-delta and FedSMOO's perturbation would be clipped as models or not at all:
+    every mechanism is refused for them."""
+    with pytest.raises(ConfigError, match=f"'dp' = '{mechanism}' is invalid for strategy '{name}': its replies "
+                                          "carry"):
+        preflight.check({"strategy": name, "dp": mechanism, "num-clients": 4})
+
+
+def test_every_strategy_decided():
+    """Every registered strategy (fedapp's and flwr:<Name>) either accepts dp or refuses it with a reason."""
+    names = set(registry.algorithms())
+    assert names == set(privacy.ACCEPTS) | set(privacy.REFUSALS)
+    assert not set(privacy.ACCEPTS) & set(privacy.REFUSALS)
+
+
+def test_dp_refusals_of_settings():
+    """A robust aggregation with dp, and adaptive clipping whose count noise cannot take its share of
+    z, are refused in one line naming the key."""
+    base = {**SMALL, "strategy": "fedavg"}
+    with pytest.raises(ConfigError) as err:
+        preflight.check({**base, "dp": "server-fixed", "aggregation": "median"})
+    assert one_line(err).startswith("run config 'aggregation' = 'median' is invalid with 'dp' = 'server-fixed'")
+    with pytest.raises(ConfigError) as err:
+        preflight.check({**base, "dp": "client-adaptive", "dp-noise-multiplier": 1.0})
+    assert one_line(err).startswith("run config 'dp-clipped-count-stddev' = 0.0 is invalid with "
+                                    "'dp-noise-multiplier' = 1.0")
+    assert "n / 20 = 0.2, n = 4 clients" in str(err.value)
+    with pytest.raises(ConfigError, match="run config 'dp' = 'laplace' is invalid: allowed is one of"):
+        parse_run_config({"dp": "laplace"})
+    preflight.check({**base, "dp": "client-adaptive", "dp-noise-multiplier": 1.0, "dp-clipped-count-stddev": 0.6})
+
+
+def accountant_epsilon(multipliers, delta):
+    acc = RdpAccountant()
+    for z in multipliers:
+        acc.compose(dp_event.GaussianDpEvent(z))
+    return acc.get_epsilon(delta)
+
+
+def test_dp_epsilon_is_the_accountants(tmp_path):
+    """rounds.csv carries dp-epsilon, each round's value the RDP accountant's for that many Gaussian
+    releases at the run's z (fixed clipping, every sampled client valid) and delta, growing each round."""
+    rc = {**SMALL, "strategy": "fedavg", "dp": "server-fixed", "dp-noise-multiplier": 1.3, "dp-clipping-norm": 0.1,
+          "dp-delta": 1e-4, "num-server-rounds": 3, "fraction-train": 0.5, "results-dir": str(tmp_path), "run-name": "r"}
+    s = run_local(rc)
+    eps = [r["dp-epsilon"] for r in s.history[1:]]
+    assert eps == pytest.approx([accountant_epsilon([1.3 * 2 / 2] * t, 1e-4) for t in (1, 2, 3)], rel=1e-12)
+    assert eps[0] < eps[1] < eps[2]
+    header, *rows = (tmp_path / "r" / "rounds.csv").read_text().splitlines()
+    col = header.split(",").index("dp-epsilon")
+    assert [float(r.split(",")[col]) for r in rows[1:]] == pytest.approx(eps, rel=1e-12)
+
+
+def test_dp_adaptive_epsilon_counts_what_was_added(monkeypatch):
+    """Adaptive clipping: each round's release multiplier is the model noise Flower added (z' C_next / n,
+    the norm already updated) against the norm the round clipped to, composed with the clipped count's
+    noise (sensitivity 1); epsilon is the accountant's over those."""
+    s, _, _ = dp_run(monkeypatch, "fedavg", "server-adaptive", 0.8, 0.05, **{"num-server-rounds": 3,
+                                                                                "dp-clipped-count-stddev": 1.0})
+    sigma, z_model = compute_adaptive_noise_params(0.8, 4, 1.0)
+    want = []
+    for r in s.history[1:]:
+        z = z_model * r["dp-clipping-norm-next"] / r["dp-clipping-norm"]
+        want.append((z**-2 + sigma**-2) ** -0.5)
+        assert r["dp-release-multiplier"] == pytest.approx(want[-1], rel=1e-12)
+        assert r["dp-epsilon"] == pytest.approx(accountant_epsilon(want, 1e-5), rel=1e-12)
+    assert not np.allclose(want, 0.8)  # not the z asked for: what was added
+
+
+def test_no_dp_run_untouched(monkeypatch):
+    """Without dp no wrapper is built and the ClientApp's dp mod passes every message through: the
+    rows carry no dp column."""
+    rc = {**SMALL, "strategy": "fedavg"}
+    s = build_strategy(parse_run_config(rc))
+    s.start(InProcessGrid(app, 4, rc))
+    assert not hasattr(s, "dp_wrapper")
+    assert not any(k.startswith("dp-") for r in s.history for k in r)
