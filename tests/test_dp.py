@@ -210,3 +210,20 @@ def test_no_dp_run_untouched(monkeypatch):
     s.start(InProcessGrid(app, 4, rc))
     assert not hasattr(s, "dp_wrapper")
     assert not any(k.startswith("dp-") for r in s.history for k in r)
+
+
+def test_dp_resumed_run_continues_the_count(tmp_path, monkeypatch):
+    """A dp run resumed from its checkpoint continues epsilon from its checkpointed rows, and an
+    adaptive one its clipping norm: round 3 after a resume spends what round 3 of one run does."""
+    monkeypatch.setattr("fedapp.results.plot", lambda *a, **kw: None)
+    base = {**SMALL, "strategy": "fedavg", "dp": "client-adaptive", "dp-noise-multiplier": 0.5,
+            "dp-clipped-count-stddev": 1.0, "dp-clipping-norm": 0.05, "results-dir": str(tmp_path), "run-name": "r",
+            "checkpoint-every": 1}
+    first = run_local(base)
+    resumed = run_local({**base, "num-server-rounds": 3, "resume-from": str(tmp_path / "r")})
+    rows = resumed.history[1:]
+    assert [r["round"] for r in rows] == [1, 2, 3] and rows[:2] == first.history[1:]
+    assert rows[2]["dp-clipping-norm"] == rows[1]["dp-clipping-norm-next"]
+    assert rows[2]["dp-epsilon"] == pytest.approx(
+        accountant_epsilon([r["dp-release-multiplier"] for r in rows], 1e-5), rel=1e-12)
+    assert rows[0]["dp-epsilon"] < rows[1]["dp-epsilon"] < rows[2]["dp-epsilon"]
