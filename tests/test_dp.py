@@ -20,6 +20,7 @@ from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.records import from_record
 from fedapp.server_app import build_strategy
 from strategies.base import FedStrategy
+from test_library_examples import plain_app, plain_config  # noqa: F401
 
 MECHANISMS = tuple(privacy.WRAPPERS)
 #: 4 synthetic clients, 2 rounds, nothing evaluated: what the clipping and the noise act on
@@ -227,3 +228,10 @@ def test_dp_resumed_run_continues_the_count(tmp_path, monkeypatch):
     assert rows[2]["dp-epsilon"] == pytest.approx(
         accountant_epsilon([r["dp-release-multiplier"] for r in rows], 1e-5), rel=1e-12)
     assert rows[0]["dp-epsilon"] < rows[1]["dp-epsilon"] < rows[2]["dp-epsilon"]
+
+
+def test_dp_client_side_drops_plain_flower_clients(tmp_path, plain_app):
+    """A plain Flower ClientApp applies no clipping mod: under client-side dp its replies are dropped
+    as unclipped, never averaged (here every client is one, so the run stops saying so)."""
+    with pytest.raises(RuntimeError, match="no valid training reply in its first round.*unclipped: 2"):
+        run_local(plain_config(tmp_path, dp="client-fixed"), client_app=plain_app)
