@@ -54,6 +54,11 @@ WRAPPERS = {"server-fixed": DifferentialPrivacyServerSideFixedClipping,
 #: ``dp`` -> Flower's clipping mod, applied by fedapp's ClientApp (:func:`dp_mod`)
 CLIENT_MODS = {"client-fixed": fixedclipping_mod, "client-adaptive": adaptiveclipping_mod}
 
+#: reply metric :func:`dp_mod` adds once Flower's clipping mod has clipped the reply
+CLIPPED = "dp-clipped"
+UNCLIPPED = ("unclipped: the reply is not marked dp-clipped by fedapp.privacy.dp_mod (fedapp's ClientApp applies it; "
+             "a ClientApp of one's own lists it in its mods; a plain Flower ClientApp clips nothing)")
+
 #: strategies every mechanism is sound for: a reply is the model alone ("arrays"), the server's new
 #: model is the mean of the replies (uniform under dp), and nothing else the server keeps or sends
 #: is computed from the replies
@@ -148,15 +153,17 @@ def wrapper(strategy: FedStrategy) -> Strategy:
 def clippable(strategy: FedStrategy, replies: Iterable[Message]) -> list[Message]:
     """The replies Flower's wrapper may clip and average: no error, from a partition addressed in
     this exchange, the arrays expected (Flower's clipping would fail on, or broadcast, others);
-    under client-side dp not from a plain Flower ClientApp, which applies no clipping mod. The
-    others are dropped here with their reasons, as the driver drops them."""
+    under client-side dp marked ``dp-clipped`` by :func:`dp_mod` (a plain Flower ClientApp, or a
+    ClientApp of one's own without the mod, clips nothing). The others are dropped here with their
+    reasons, as the driver drops them."""
     driver, expected = strategy.driver, strategy.expected["train"]
     pids = {strategy.clients[pid].node_id: pid for pid in expected}
     good, bad = [], []
     for msg in replies:
         pid = pids.get(msg.metadata.src_node_id)
-        if pid is not None and strategy.clients[pid].plain and strategy.cfg.dp in CLIENT_MODS:
-            driver.drop("unclipped", pid=pid, detail="unclipped: a plain Flower ClientApp applies no clipping mod")
+        if strategy.cfg.dp in CLIENT_MODS and msg.has_content() and CLIPPED not in msg.content.metric_records.get(
+                "metrics", {}):
+            driver.drop("unclipped", pid=pid, detail=UNCLIPPED)
             continue
         try:
             fits = not msg.has_error() and pid is not None and driver.check_reply(
@@ -234,9 +241,15 @@ def private_round(strategy: FedStrategy, server_round: int, grid: Grid) -> dict[
 
 def dp_mod(msg: Message, context: Context, call_next) -> Message:
     """Flower mod of fedapp's ClientApp: Flower's clipping mod of the run's client-side ``dp`` on
-    training messages (it clips the reply's update to the norm the wrapper sent); otherwise, and for
-    every run without client-side dp, it passes the message through untouched."""
+    training messages (it clips the reply's update to the norm the wrapper sent), the reply marked
+    ``dp-clipped``; otherwise, and for every run without client-side dp, it passes the message
+    through untouched. A ClientApp of one's own (``fedapp.library``) lists it in its mods."""
     if msg.metadata.message_type.split(".")[0] != MessageType.TRAIN:
         return call_next(msg, context)
     mod = CLIENT_MODS.get(parse_run_config(context.run_config).dp)
-    return call_next(msg, context) if mod is None else mod(msg, context, call_next)
+    if mod is None:
+        return call_next(msg, context)
+    reply = mod(msg, context, call_next)
+    if reply.has_content():  # clipped: the server takes only replies that say so
+        reply.content["metrics"][CLIPPED] = 1
+    return reply
