@@ -151,8 +151,9 @@ def wrapper(strategy: FedStrategy) -> Strategy:
 
 
 def clippable(strategy: FedStrategy, replies: Iterable[Message]) -> list[Message]:
-    """The replies Flower's wrapper may clip and average: no error, from a partition addressed in
-    this exchange, the arrays expected (Flower's clipping would fail on, or broadcast, others);
+    """The replies Flower's wrapper may clip and average, read back into memory where they went to
+    disk (``reply-memory-mb``): no error, from a partition addressed in this exchange, the arrays
+    expected (Flower's clipping would fail on, or broadcast, others);
     under client-side dp marked ``dp-clipped`` by :func:`dp_mod` (a plain Flower ClientApp, or a
     ClientApp of one's own without the mod, clips nothing). The others are dropped here with their
     reasons, as the driver drops them."""
@@ -161,6 +162,8 @@ def clippable(strategy: FedStrategy, replies: Iterable[Message]) -> list[Message
     good, bad = [], []
     for msg in replies:
         pid = pids.get(msg.metadata.src_node_id)
+        if (spilled := driver.spilled.pop(msg.metadata.reply_to_message_id, None)) is not None:
+            msg.content = spilled.content(msg.content)  # the wrapper clips records in memory
         if strategy.cfg.dp in CLIENT_MODS and msg.has_content() and CLIPPED not in msg.content.metric_records.get(
                 "metrics", {}):
             driver.drop("unclipped", pid=pid, detail=UNCLIPPED)

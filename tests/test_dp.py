@@ -235,3 +235,13 @@ def test_dp_client_side_drops_plain_flower_clients(tmp_path, plain_app):
     as unclipped, never averaged (here every client is one, so the run stops saying so)."""
     with pytest.raises(RuntimeError, match="no valid training reply in its first round.*unclipped: 2"):
         run_local(plain_config(tmp_path, dp="client-fixed"), client_app=plain_app)
+
+
+def test_dp_clips_replies_that_went_to_disk(monkeypatch):
+    """With reply-memory-mb 0 every reply goes to disk as it arrives; under dp it is read back and
+    clipped as one held in memory: the same clipped updates and model."""
+    held = dp_run(monkeypatch, "fedavg", "server-fixed", 0.0, 1e-3)[2]
+    spilled = dp_run(monkeypatch, "fedavg", "server-fixed", 0.0, 1e-3, **{"reply-memory-mb": 0.0})[2]
+    for (_, got, mean), (_, want, want_mean) in zip(spilled, held):
+        assert len(got) == 4 and all(norm(u) == pytest.approx(1e-3, rel=1e-5) for u in got)
+        assert all(torch.equal(mean[k], want_mean[k]) for k in want_mean)
