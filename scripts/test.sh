@@ -4,6 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
-# one worker a core, each test file whole on one worker (module fixtures such as a federation start once);
-# PYTEST_WORKERS=0 runs in this process
-python -m pytest -q -n "${PYTEST_WORKERS:-auto}" --dist loadfile "$@"
+# one worker a core, tests handed out one by one; those sharing a module fixture (a federation) stay
+# together on one worker (tests/conftest.py); PYTEST_WORKERS=0 runs in this process
+python -m pytest -q -n "${PYTEST_WORKERS:-auto}" --dist loadgroup "$@"

@@ -28,3 +28,13 @@ def small_config(tmp_path):
         "num-clients": 4, "num-server-rounds": 2, "local-steps": 3, "batch-size": 16,
         "results-dir": str(tmp_path / "results"), "run-name": "t", "seed": 3,
     }
+
+
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist's ``--dist loadgroup`` (scripts/test.sh) tests spread over the workers one
+    by one; those that share a module-scoped fixture (a federation of real processes, a run made once)
+    stay together on one worker, so the fixture starts once."""
+    for item in items:
+        defs = getattr(item, "_fixtureinfo", None)
+        if defs and any(d.scope == "module" for ds in defs.name2fixturedefs.values() for d in ds):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
