@@ -9,7 +9,8 @@ from flwr.serverapp.strategy import FedAdam as FlowerFedAdam
 from clients.fedavg import FedAvgClient
 from fedapp.config import Key
 from fedapp.records import make_content
-from strategies.base import LR_DECAY, FedStrategy
+from strategies.base import FedStrategy
+from strategies.keys import LR_DECAY
 from strategies.flower import as_tensors, flower_replies
 
 
