@@ -21,6 +21,14 @@ from fedapp.records import Payload, Tensors
 from fedapp.training import CHANNELS_LAST, evaluate, make_optimizer, step_lr, task_loss
 
 
+def saved_or_zeros(saved: Tensors | None, like: Tensors, device: torch.device) -> Tensors:
+    """Client state kept from an earlier round (``saved``: a dual, control variates) on ``device``,
+    or, in the client's first round, zeros shaped as ``like``."""
+    if saved:
+        return {k: v.to(device) for k, v in saved.items()}
+    return {k: torch.zeros_like(v) for k, v in like.items()}
+
+
 class FedClient:
     """Base client: loads the received model, runs SGD steps, returns the model.
 
@@ -155,9 +163,10 @@ class FedClient:
             self.state["schedule"] = {"t": torch.tensor(done + steps)}
         return {"train-loss": total.item() / max(steps, 1)}
 
-    def round_seed(self, config: dict) -> int:
-        """The seed of this client's batches in the message's round (run seed, round, partition id)."""
-        return (self.cfg.seed * 1_000_003 + int(config["server-round"])) * 10_007 + self.data.pid
+    def round_seed(self, server_round: int) -> int:
+        """The seed of this client's draws in round ``server_round`` (its batches, PeFLL's descriptor
+        batch, a new FedRep client's head): distinct per run seed, round and partition id."""
+        return (self.cfg.seed * 1_000_003 + server_round) * 10_007 + self.data.pid
 
     def epoch_steps(self, epochs: int) -> int:
         """``epochs`` full passes over the training split in batches (the last one partial)."""
@@ -172,7 +181,7 @@ class FedClient:
         self.config = config
         self.receive(payload, config)
         steps = self.local_steps()
-        seed = self.round_seed(config)
+        seed = self.round_seed(int(config["server-round"]))
         self.steps = steps
         metrics = self.train(steps, float(config["lr"]), seed)
         self.end_fit(payload, config)

@@ -40,7 +40,7 @@ class FedRepClient(FedClient):
         """head-epochs full passes over the training split (batches rounded up), else head-steps."""
         epochs = int(self.setting("head-epochs"))
         if epochs:
-            return epochs * max(1, -(-len(self.data.train_y) // self.setting("batch-size")))
+            return self.epoch_steps(epochs)
         return int(self.setting("head-steps"))
 
     def end_fit(self, payload: Payload, config: dict) -> None:
@@ -53,6 +53,6 @@ class FedRepClient(FedClient):
         self.config = config
         self.load_model(payload)
         if "head" not in self.state:  # a new client: fit a fresh head on the frozen body
-            seed = (self.cfg.seed * 1_000_003 + int(config["server-round"])) * 10_007 + self.data.pid
+            seed = self.round_seed(int(config["server-round"]))
             self.train_part(self.head, self.head_steps(), float(config["lr"]), seed)
         return {}, self.evaluate_local()
