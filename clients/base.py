@@ -6,7 +6,7 @@ message's config dict, so algorithms are testable without Flower. Every setting 
 and evaluation (batch size, momentum, the algorithm's own such as FedProx's ``proximal-mu``) is
 read from that config (``setting``), never from the run config. Algorithms override the
 small hooks (``load_model``, ``receive``, ``compute_gradient``, ``correct_gradient``, ``reply``,
-``end_fit``) and keep what must outlive the message in ``self.state``, which the
+``reply_metrics``, ``end_fit``) and keep what must outlive the message in ``self.state``, which the
 ClientApp commits only after ``fit`` returned.
 """
 
@@ -113,6 +113,12 @@ class FedClient:
     def end_fit(self, payload: Payload, config: dict) -> None:
         """Update ``self.state`` after local training (duals, control variates, ...)."""
 
+    def reply_metrics(self) -> dict[str, float]:
+        """Metrics of the training reply besides the training loss and the example and step counts
+        (FedFA: the received model's training accuracy; IFCA: the models chosen; MaxFL: whether the
+        client joined)."""
+        return {}
+
     # ---- training ----------------------------------------------------------------
     def keeps_optimizer(self) -> bool:
         """SGD momentum persists where the algorithm keeps it; AdamW's moments always do (the FedALS
@@ -187,7 +193,7 @@ class FedClient:
         self.end_fit(payload, config)
         metrics["num-examples"] = len(self.data.train_y)
         metrics["local-steps"] = steps
-        return self.reply(payload, config), metrics
+        return self.reply(payload, config), {**metrics, **self.reply_metrics()}
 
     def evaluate(self, payload: Payload, config: dict) -> tuple[Payload, dict[str, float]]:
         """Evaluate the received model on the local test split: ``(payload, metrics)``, the payload

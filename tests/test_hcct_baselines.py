@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from clients.fedavg import FedAvgClient
+from clients.fedfa import FedFAClient
 from clients.ifca import IFCAClient
 from clients.maxfl import MaxFLClient
 from fedapp.client_app import app
@@ -160,6 +161,21 @@ def test_fedfa_weights_are_minus_log2_training_accuracy(small_config):
     assert torch.allclose(strategy.global_state["fc.bias"], torch.full((10,), 2.0))
     run = run_local({**small_config, "strategy": "fedfa", "num-server-rounds": 1})
     assert 0 < run.history[-1]["fed-accuracy"] <= 1
+
+
+def test_fedfa_client_reports_the_received_models_training_accuracy_loading_it_once(small_config):
+    cfg = parse_run_config({**small_config, "strategy": "fedfa"})
+    init, d = model_for(cfg).state_dict(), client_data(cfg, 0)
+    received = trained(cfg, 1, init)  # another client's model: not this client's training optimum
+    client = FedFAClient(cfg, model_for(cfg), d)
+    loads = []
+    client.load_tensors = lambda tensors, load=client.load_tensors: loads.append(1) or load(tensors)
+    reply, metrics = client.fit({"arrays": received}, {**FedFA.client_settings(cfg), "server-round": 1, "lr": 0.1})
+    model = model_for(cfg)
+    model.load_state_dict(received)
+    by_hand = evaluate(model, d.train_x, d.train_y, mean=d.mean, std=d.std)["accuracy"]
+    assert metrics["train-accuracy"] == by_hand and len(loads) == 1
+    assert not torch.equal(reply["arrays"]["fc.weight"], received["fc.weight"])  # then trained as FedAvg
 
 
 def test_maxfl_client_joins_only_when_the_global_model_is_good_enough(small_config):
