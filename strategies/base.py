@@ -34,7 +34,8 @@ from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
 
 from fedapp.aggregation import coordinate_wise, krum_select, weighted_mean
 from fedapp import registry
-from fedapp.config import COMMON_KEYS, ConfigError, Key, RunConfig, parse_run_config
+from fedapp.config import COMMON_KEYS, ConfigError, Key, RunConfig
+from fedapp.registry import parse_run_config
 from fedapp.data import Dataset
 from fedapp.experiment import round_lr, unseen_clients
 from fedapp.records import Payload, RecordStore, Tensors, from_record, to_record

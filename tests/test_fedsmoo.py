@@ -11,7 +11,7 @@ from clients.fedcm import FedCMClient
 from clients.fedsam import FedSAMClient, MoFedSAMClient
 from clients.fedsmoo import FedSMOOClient
 from fedapp.client_app import app
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.experiment import model_for
 from fedapp import registry
 from fedapp.inprocess import InProcessGrid, run_local

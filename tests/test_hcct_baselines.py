@@ -11,7 +11,7 @@ from clients.fedfa import FedFAClient
 from clients.ifca import IFCAClient
 from clients.maxfl import MaxFLClient
 from fedapp.client_app import app
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.experiment import client_data, dataset, model_for
 from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.records import content_bytes, make_content
