@@ -69,9 +69,9 @@ def test_hcct_e_picks_the_layer_with_the_largest_variance_to_mean_ratio(small_co
         u["fc2.bias"] = torch.full_like(init["fc2.bias"], sign)
         ups.append(u)
     strategy.updates = dict(enumerate(ups))
-    strategy.after_first_updates(1)
+    strategy.after_aggregate(1)
     assert strategy.similarity_keys == ["fc2.weight", "fc2.bias"]
-    strategy.after_first_updates(2)  # chosen once
+    strategy.after_aggregate(2)  # chosen once
     assert strategy.similarity_keys == ["fc2.weight", "fc2.bias"]
 
 
@@ -100,7 +100,7 @@ def test_hcct_e_dispersion_and_scale_free_scores_pick_different_layers(small_con
         strategy = HCCTE(cfg, model_for(cfg), dataset(cfg))
         strategy.updates = updates(cfg)
         scores = strategy.layer_scores(1)
-        strategy.after_first_updates(1)
+        strategy.after_aggregate(1)
         picks[rule] = strategy.similarity_keys
         if rule == "dispersion":
             for keys, score in scores.items():
