@@ -6,7 +6,7 @@ message's config dict, so algorithms are testable without Flower. Every setting 
 and evaluation (batch size, momentum, the algorithm's own such as FedProx's ``proximal-mu``) is
 read from that config (``setting``), never from the run config. Algorithms override the
 small hooks (``load_model``, ``receive``, ``compute_gradient``, ``correct_gradient``, ``reply``,
-``end_fit``) and keep what must outlive the message in ``self.state``, which the
+``reply_metrics``, ``end_fit``) and keep what must outlive the message in ``self.state``, which the
 ClientApp commits only after ``fit`` returned.
 """
 
@@ -19,6 +19,14 @@ from fedapp.data import BatchLoader
 from fedapp.experiment import ClientData
 from fedapp.records import Payload, Tensors
 from fedapp.training import CHANNELS_LAST, evaluate, make_optimizer, step_lr, task_loss
+
+
+def saved_or_zeros(saved: Tensors | None, like: Tensors, device: torch.device) -> Tensors:
+    """Client state kept from an earlier round (``saved``: a dual, control variates) on ``device``,
+    or, in the client's first round, zeros shaped as ``like``."""
+    if saved:
+        return {k: v.to(device) for k, v in saved.items()}
+    return {k: torch.zeros_like(v) for k, v in like.items()}
 
 
 class FedClient:
@@ -105,6 +113,12 @@ class FedClient:
     def end_fit(self, payload: Payload, config: dict) -> None:
         """Update ``self.state`` after local training (duals, control variates, ...)."""
 
+    def reply_metrics(self) -> dict[str, float]:
+        """Metrics of the training reply besides the training loss and the example and step counts
+        (FedFA: the received model's training accuracy; IFCA: the models chosen; MaxFL: whether the
+        client joined)."""
+        return {}
+
     # ---- training ----------------------------------------------------------------
     def keeps_optimizer(self) -> bool:
         """SGD momentum persists where the algorithm keeps it; AdamW's moments always do (the FedALS
@@ -155,9 +169,10 @@ class FedClient:
             self.state["schedule"] = {"t": torch.tensor(done + steps)}
         return {"train-loss": total.item() / max(steps, 1)}
 
-    def round_seed(self, config: dict) -> int:
-        """The seed of this client's batches in the message's round (run seed, round, partition id)."""
-        return (self.cfg.seed * 1_000_003 + int(config["server-round"])) * 10_007 + self.data.pid
+    def round_seed(self, server_round: int) -> int:
+        """The seed of this client's draws in round ``server_round`` (its batches, PeFLL's descriptor
+        batch, a new FedRep client's head): distinct per run seed, round and partition id."""
+        return (self.cfg.seed * 1_000_003 + server_round) * 10_007 + self.data.pid
 
     def epoch_steps(self, epochs: int) -> int:
         """``epochs`` full passes over the training split in batches (the last one partial)."""
@@ -172,13 +187,13 @@ class FedClient:
         self.config = config
         self.receive(payload, config)
         steps = self.local_steps()
-        seed = self.round_seed(config)
+        seed = self.round_seed(int(config["server-round"]))
         self.steps = steps
         metrics = self.train(steps, float(config["lr"]), seed)
         self.end_fit(payload, config)
         metrics["num-examples"] = len(self.data.train_y)
         metrics["local-steps"] = steps
-        return self.reply(payload, config), metrics
+        return self.reply(payload, config), {**metrics, **self.reply_metrics()}
 
     def evaluate(self, payload: Payload, config: dict) -> tuple[Payload, dict[str, float]]:
         """Evaluate the received model on the local test split: ``(payload, metrics)``, the payload

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from clients.base import saved_or_zeros
 from clients.fedprox import FedProxClient
 from fedapp.records import Payload, Tensors
 
@@ -32,9 +33,7 @@ class FedDynClient(FedProxClient):
 
     def receive(self, payload: Payload, config: dict) -> None:
         super().receive(payload, config)
-        saved = self.state.get("dual")
-        self.dual = ({k: v.to(self.device) for k, v in saved.items()} if saved
-                     else {k: torch.zeros_like(v) for k, v in self.anchor.items()})
+        self.dual = saved_or_zeros(self.state.get("dual"), self.anchor, self.device)
 
     def correct_gradient(self) -> None:  # replaces FedProx's mu (w_i - w): mu w_i is in the weight decay
         mu = self.prox_coefficient()

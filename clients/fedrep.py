@@ -14,7 +14,7 @@ class FedRepClient(FedClient):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.body, self.head = body_head_keys(self.model)
+        self.body_keys, self.head_keys = body_head_keys(self.model)
 
     def load_model(self, payload: Payload) -> None:
         self.load_tensors(payload["body"])
@@ -29,30 +29,30 @@ class FedRepClient(FedClient):
         """``steps`` SGD steps on the parameters ``keys``, the others frozen."""
         self.trainable(keys)
         metrics = super().train(steps, lr, seed)
-        self.trainable(self.body + self.head)
+        self.trainable(self.body_keys + self.head_keys)
         return metrics
 
     def train(self, steps: int, lr: float, seed: int) -> dict[str, float]:
-        self.train_part(self.head, self.head_steps(), lr, seed)
-        return self.train_part(self.body, steps, lr, seed + 1)
+        self.train_part(self.head_keys, self.head_steps(), lr, seed)
+        return self.train_part(self.body_keys, steps, lr, seed + 1)
 
     def head_steps(self) -> int:
         """head-epochs full passes over the training split (batches rounded up), else head-steps."""
         epochs = int(self.setting("head-epochs"))
         if epochs:
-            return epochs * max(1, -(-len(self.data.train_y) // self.setting("batch-size")))
+            return self.epoch_steps(epochs)
         return int(self.setting("head-steps"))
 
     def end_fit(self, payload: Payload, config: dict) -> None:
-        self.state["head"] = {k: v for k, v in self.model_tensors().items() if k in self.head}
+        self.state["head"] = {k: v for k, v in self.model_tensors().items() if k in self.head_keys}
 
     def reply(self, payload: Payload, config: dict) -> Payload:
-        return {"body": {k: v for k, v in self.model_tensors().items() if k in self.body}}
+        return {"body": {k: v for k, v in self.model_tensors().items() if k in self.body_keys}}
 
     def evaluate(self, payload: Payload, config: dict) -> tuple[Payload, dict[str, float]]:
         self.config = config
         self.load_model(payload)
         if "head" not in self.state:  # a new client: fit a fresh head on the frozen body
-            seed = (self.cfg.seed * 1_000_003 + int(config["server-round"])) * 10_007 + self.data.pid
-            self.train_part(self.head, self.head_steps(), float(config["lr"]), seed)
+            seed = self.round_seed(int(config["server-round"]))
+            self.train_part(self.head_keys, self.head_steps(), float(config["lr"]), seed)
         return {}, self.evaluate_local()

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import torch
-
+from clients.base import saved_or_zeros
 from clients.feddyn import FedDynClient
 from clients.sam import SAMSteps
 from fedapp.records import Payload, Tensors
@@ -32,9 +31,7 @@ class FedSMOOClient(FedSpeedClient):
     def receive(self, payload: Payload, config: dict) -> None:
         super().receive(payload, config)
         self.global_perturbation = {k: v.to(self.device) for k, v in payload["perturbation"].items()}
-        saved = self.state.get("perturbation-dual")
-        self.mu = ({k: v.to(self.device) for k, v in saved.items()} if saved
-                   else {k: torch.zeros_like(v) for k, v in self.global_perturbation.items()})
+        self.mu = saved_or_zeros(self.state.get("perturbation-dual"), self.global_perturbation, self.device)
 
     def sam_direction(self, grad: Tensors) -> Tensors:
         """S = g - mu_i - s: the direction SAM normalises."""

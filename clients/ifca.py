@@ -39,7 +39,5 @@ class IFCAClient(FedClient):
         self.chosen = sorted(range(len(models)), key=losses.__getitem__)[: int(self.setting("chosen"))]
         self.load_tensors(weighted_mean([models[j] for j in self.chosen], [1.0] * len(self.chosen)))
 
-    def fit(self, payload: Payload, config: dict):
-        reply, metrics = super().fit(payload, config)
-        metrics["cluster-mask"] = sum(1 << j for j in self.chosen)
-        return reply, metrics
+    def reply_metrics(self) -> dict[str, float]:
+        return {"cluster-mask": sum(1 << j for j in self.chosen)}

@@ -101,7 +101,7 @@ class KNNPerClient(FedClient):
         if len(y) < 2:  # no datastore to cross-validate: the global model alone
             return {}, self.evaluate_local()
         logits, feats = self.train_features()
-        k, weight = self.choose(logits, feats, y, self.round_seed(config))
+        k, weight = self.choose(logits, feats, y, self.round_seed(int(config["server-round"])))
         self.model = KNNMixture(self, feats, y, k, weight)
         try:
             metrics = self.evaluate_local()

@@ -35,7 +35,5 @@ class MaxFLClient(FedClient):
     def end_fit(self, payload: Payload, config: dict) -> None:
         self.state["local"] = self.model_tensors()
 
-    def fit(self, payload: Payload, config: dict):
-        reply, metrics = super().fit(payload, config)
-        metrics["joined"] = int(self.joined)
-        return reply, metrics
+    def reply_metrics(self) -> dict[str, float]:
+        return {"joined": int(self.joined)}

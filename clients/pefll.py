@@ -39,7 +39,7 @@ class PeFLLClient(FedClient):
 
     def descriptor_batch(self, server_round: int, size: int) -> torch.Tensor:
         """Indices of the step's batch B, seeded by run, step and client."""
-        self.generator.manual_seed((self.cfg.seed * 1_000_003 + server_round) * 10_007 + self.data.pid)
+        self.generator.manual_seed(self.round_seed(server_round))
         g = self.generator  # on the client's device: the indices are drawn there
         return torch.randperm(len(self.data.train_y), generator=g, device=g.device)[:size]
 
@@ -74,8 +74,7 @@ class PeFLLClient(FedClient):
         theta = payload["theta"]
         self.load_tensors(theta)
         steps = int(config["local-steps"])
-        seed = (self.cfg.seed * 1_000_003 + int(config["server-round"])) * 10_007 + self.data.pid
-        metrics = self.train(steps, float(config["lr"]), seed)
+        metrics = self.train(steps, float(config["lr"]), self.round_seed(int(config["server-round"])))
         new = self.model_tensors()
         return {"delta": {k: new[k] - theta[k] for k in theta}}, {**metrics, "local-steps": steps}
 

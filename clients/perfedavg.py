@@ -44,5 +44,6 @@ class PerFedAvgClient(FedClient):
         self.load_model(payload)
         epochs = int(self.setting("finetune-epochs"))
         if epochs:
-            FedClient.train(self, self.epoch_steps(epochs), float(config["lr"]), self.round_seed(config))
+            seed = self.round_seed(int(config["server-round"]))
+            FedClient.train(self, self.epoch_steps(epochs), float(config["lr"]), seed)
         return {}, self.evaluate_local()

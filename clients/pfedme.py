@@ -57,5 +57,5 @@ class PFedMeClient(FedClient):
             self.load_tensors(self.state["personal"])
         else:  # a new client: theta fitted to its data, w the global model
             self.personal_steps(self.param_tensors(), self.epoch_steps(int(self.setting("new-epochs"))),
-                                float(config["lr"]), self.round_seed(config), move_w=False)
+                                float(config["lr"]), self.round_seed(int(config["server-round"])), move_w=False)
         return {}, self.evaluate_local()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from clients.base import FedClient
+from clients.base import FedClient, saved_or_zeros
 from fedapp.records import Payload, Tensors
 
 
@@ -29,8 +29,7 @@ class ControlVariates:
         """Take c, the client's saved c_i (None: zeros) and the model x local training starts from."""
         self.anchor = anchor
         self.c = {k: v.to(device) for k, v in c.items()}
-        self.c_i = ({k: v.to(device) for k, v in saved.items()} if saved
-                    else {k: torch.zeros_like(v) for k, v in self.c.items()})
+        self.c_i = saved_or_zeros(saved, self.c, device)
         self.correction = {k: self.c[k] - self.c_i[k] for k in self.c}
 
     def correct(self, params: dict[str, torch.nn.Parameter]) -> None:

@@ -26,7 +26,8 @@ import torch
 from flwr.app import ArrayRecord
 from flwr.common.logger import log
 
-from fedapp.config import ConfigError, RunConfig, defaults
+from fedapp.config import ConfigError, RunConfig
+from fedapp.registry import defaults
 from fedapp.files import atomic_write
 
 FILENAME = "checkpoint.pt"

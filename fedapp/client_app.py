@@ -37,7 +37,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 
 from fedapp import registry
-from fedapp.config import RunConfig, parse_run_config
+from fedapp.config import RunConfig
+from fedapp.registry import parse_run_config
 from fedapp.experiment import ClientData, client_data, device_of, model_for
 from fedapp.faults import fault_mod
 from fedapp.privacy import dp_mod

@@ -5,6 +5,9 @@ Every run setting is declared once here (common keys) or by its strategy class
 a type, a default and a check. ``pyproject.toml`` mirrors these defaults; a test
 keeps the two in sync. Bad input raises :class:`ConfigError` naming the key and
 the allowed values before any training starts.
+
+This module parses the common keys and knows no algorithm: ``fedapp.registry.parse_run_config``
+adds every registered algorithm's keys (and the strategy names) and parses a whole run config.
 """
 
 from __future__ import annotations
@@ -90,14 +93,9 @@ def _models() -> Iterable[str]:
     return MODELS
 
 
-def _strategies() -> Iterable[str]:
-    from fedapp.registry import algorithms
-
-    return algorithms()
-
-
 COMMON_KEYS: tuple[Key, ...] = (
-    Key("strategy", str, "fedavg", "Algorithm: server strategy and matching client.", _strategies),
+    # its choices, the registered algorithms, are added by fedapp.registry
+    Key("strategy", str, "fedavg", "Algorithm: server strategy and matching client."),
     Key("num-server-rounds", int, 10, "Federated rounds (PeFLL: training steps).", low=1),
     # 2: the size of Flower's default local simulation federation, so a plain `flwr run .` works
     Key("num-clients", int, 2, "Clients (data partitions); the federation must have this many SuperNodes.", low=1),
@@ -277,26 +275,14 @@ class RunConfig:
         return RunConfig(values, self.prefix)
 
 
-def all_keys() -> dict[str, Key]:
-    """Common keys plus every registered algorithm's prefixed keys."""
-    from fedapp.registry import algorithms
+def parse_common(run_config: Mapping[str, Any], keys: Mapping[str, Key] | None = None) -> RunConfig:
+    """Validate ``run_config`` (missing keys take defaults) against ``keys`` (default: the common
+    keys; ``fedapp.registry.parse_run_config`` passes every algorithm's too) into a RunConfig without
+    an algorithm prefix.
 
-    keys = {k.name: k for k in COMMON_KEYS}
-    for spec in algorithms().values():
-        keys.update({f"{spec.prefix}.{k.name}": k for k in spec.keys})
-    return keys
-
-
-def defaults() -> dict[str, Any]:
-    return {name: key.default for name, key in all_keys().items()}
-
-
-def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
-    """Validate ``run_config`` (missing keys take defaults) into a RunConfig.
-
-    Raises ConfigError for an unknown key, a bad value or an inconsistent pair.
+    Raises ConfigError for an unknown key, a bad value or an inconsistent pair of common keys.
     """
-    keys = all_keys()
+    keys = {k.name: k for k in COMMON_KEYS} if keys is None else keys
     unknown = sorted(set(run_config) - set(keys))
     if unknown:
         import difflib
@@ -307,10 +293,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     values = {}
     for name, key in keys.items():
         values[name] = key.parse(run_config[name], name) if name in run_config else key.default
-    from fedapp.registry import algorithms
-
-    spec = algorithms()[values["strategy"]]
-    cfg = RunConfig(values, spec.prefix)
+    cfg = RunConfig(values, "")
     natural = ("synthetic", "femnist", "digit5", "shakespeare")
     if values["partition"] == "natural" and values["dataset"] not in natural and not values["client-column"]:
         raise ConfigError(
@@ -325,5 +308,4 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
                           f"not {cfg.partition!r}")
     if cfg.trim_fraction >= 0.5:
         raise ConfigError(f"run config 'trim-fraction' = {cfg.trim_fraction} is invalid: allowed is a float in [0, 0.5)")
-    spec.strategy.check_config(cfg)
     return cfg

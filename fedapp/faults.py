@@ -43,7 +43,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Message, MessageType, MetricRecord
 from flwr.clientapp.typing import ClientAppCallable
 
-from fedapp.config import RunConfig, parse_run_config
+from fedapp.config import RunConfig
+from fedapp.registry import parse_run_config
 
 KINDS = ("raise", "stall", "wrong-shape", "nan", "inf")
 #: attacks on the update u: the factor u is multiplied by (``noise``, ``alie``: crafted below)

@@ -210,7 +210,7 @@ def run_local(run_config: Mapping[str, Any], num_nodes: int | None = None, clien
               grid: InProcessGrid | None = None):
     """Run the ServerApp's main loop in this process over an InProcessGrid; returns the strategy."""
     from fedapp.client_app import app as default_client_app
-    from fedapp.config import parse_run_config
+    from fedapp.registry import parse_run_config
     from fedapp.server_app import run
 
     cfg = parse_run_config(run_config)

@@ -22,7 +22,8 @@ import torch
 from flwr.common.logger import log
 
 from fedapp import checkpoint, registry
-from fedapp.config import ConfigError, RunConfig, defaults, parse_run_config
+from fedapp.config import ConfigError, RunConfig
+from fedapp.registry import defaults, parse_run_config
 from fedapp.data import Dataset, local_test_split, prepare, split_seen_unseen
 from fedapp.data.tables import ColumnError
 from fedapp.experiment import dataset, model_for, partitions

@@ -1,19 +1,22 @@
 """Algorithm registry: a name maps to a server strategy class and its client class.
 
 Each module in the ``strategies`` package declares ``ALGORITHMS = {name: (Strategy, Client)}``;
-they are discovered here, so adding an algorithm touches no shared file.
+they are discovered here, so adding an algorithm touches no shared file. The whole run-config
+schema is built here: ``fedapp.config``'s common keys, the strategy names as the choices of
+``strategy``, and every algorithm's keys under its prefix (``parse_run_config``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:  # config.py looks algorithms up here: no import back at run time
-    from fedapp.config import Key
+from fedapp.config import COMMON_KEYS, Key, RunConfig, parse_common
 
 
 @dataclass(frozen=True)
@@ -70,3 +73,30 @@ def of(strategy: type) -> AlgorithmSpec:
             return by_class[cls]
     raise KeyError(f"{strategy.__name__} is no registered strategy and derives from none")
 
+
+
+def all_keys() -> dict[str, Key]:
+    """Common keys (``strategy`` with the registered names as its choices) plus every registered
+    algorithm's prefixed keys."""
+    keys = {k.name: k for k in COMMON_KEYS}
+    keys["strategy"] = dataclasses.replace(keys["strategy"], choices=tuple(algorithms()))
+    for spec in algorithms().values():
+        keys.update({f"{spec.prefix}.{k.name}": k for k in spec.keys})
+    return keys
+
+
+def defaults() -> dict[str, Any]:
+    return {name: key.default for name, key in all_keys().items()}
+
+
+def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
+    """Validate a whole run config (missing keys take defaults) into a RunConfig whose algorithm keys
+    are its strategy's (``cfg.algo("rho")``).
+
+    Raises ConfigError for an unknown key, a bad value or an inconsistent pair.
+    """
+    common = parse_common(run_config, all_keys())
+    spec = get(common.strategy)
+    cfg = RunConfig(common.as_dict(), spec.prefix)
+    spec.strategy.check_config(cfg)
+    return cfg

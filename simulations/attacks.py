@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.faults import faulty_partitions
 from fedapp.inprocess import run_local
 

@@ -213,7 +213,8 @@ def execute(runs: list[tuple[str, str, dict]], out: Path, summarize, jobs: int =
     Every config is checked, and every name already in the summary compared with its settings, before
     the first run starts; finished runs are skipped and a stopped one resumes from its checkpoint.
     ``jobs`` > 1 runs that many at once, each as ``python -m simulations.run`` + ``child`` + its name."""
-    from fedapp.config import ConfigError, parse_run_config
+    from fedapp.config import ConfigError
+    from fedapp.registry import parse_run_config
 
     summary_file = out / "summary.json"
     earlier = {r["run"]: r["config"] for r in (json.loads(summary_file.read_text()) if summary_file.exists() else [])

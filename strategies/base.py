@@ -34,16 +34,13 @@ from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
 
 from fedapp.aggregation import coordinate_wise, krum_select, weighted_mean
 from fedapp import registry
-from fedapp.config import COMMON_KEYS, ConfigError, Key, RunConfig, parse_run_config
+from fedapp.config import COMMON_KEYS, ConfigError, Key, RunConfig
+from fedapp.registry import parse_run_config
 from fedapp.data import Dataset
 from fedapp.experiment import round_lr, unseen_clients
 from fedapp.records import Payload, RecordStore, Tensors, from_record, to_record
 from fedapp.training import evaluate
 from strategies.driver import ClientInfo, Driver, Reply, Spec, spec_of
-
-#: a method's own lr decay (read by ``fedapp.experiment.round_lr``), so one run-config file can decay
-#: FedDyn/FedSMOO by 0.9995 and the other methods by 0.998, as FedSMOO's Table 1 does
-LR_DECAY = Key("lr-decay", float, 0.0, "This method's lr decay per round; 0: the common lr-decay.", low=0.0, high=1.0)
 
 #: common run-config settings that clients read in local training and evaluation: every training and
 #: evaluation message's config carries them (``client_settings``), so a client never reads them from

@@ -1,7 +1,8 @@
 """FedAvg: the shared machinery with every hook at its default."""
 
 from clients.fedavg import FedAvgClient
-from strategies.base import LR_DECAY, FedStrategy
+from strategies.base import FedStrategy
+from strategies.keys import LR_DECAY
 
 
 class FedAvg(FedStrategy):

@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 from clients.fedcm import FedCMClient
-from fedapp.config import Key
 from fedapp.experiment import round_lr
-from strategies.base import LR_DECAY, FedStrategy
-
-ALPHA = Key("alpha", float, 0.1, "Weight of the local gradient against the global direction.", low=0.0, high=1.0)
-DECAY_IN_MIX = Key("decay-in-mix", bool, False,
-                   "Weight decay inside the mix, alpha (g + wd w) + (1 - alpha) Delta; false: alpha g + (1 - alpha) Delta "
-                   "+ wd w, as the authors' simulator (FedCM, MoFedSAM) does.")
+from strategies.base import FedStrategy
+from strategies.keys import ALPHA, DECAY_IN_MIX, LR_DECAY
 
 
 class FedCM(FedStrategy):

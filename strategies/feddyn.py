@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from clients.feddyn import FedDynClient
-from fedapp.config import Key
-from strategies.base import LR_DECAY, FedStrategy
-
-BETA = Key("beta", float, 10.0, "Dynamic-regulariser penalty beta (FedDyn's alpha = 1/beta).", low=0.0, low_open=True)
+from strategies.base import FedStrategy
+from strategies.keys import BETA, LR_DECAY
 
 
 class FedDyn(FedStrategy):

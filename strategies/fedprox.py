@@ -2,7 +2,8 @@
 
 from clients.fedprox import FedProxClient
 from fedapp.config import Key
-from strategies.base import LR_DECAY, FedStrategy
+from strategies.base import FedStrategy
+from strategies.keys import LR_DECAY
 
 
 class FedProx(FedStrategy):

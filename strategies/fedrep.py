@@ -36,10 +36,10 @@ class FedRep(FedStrategy):
 
     def __init__(self, cfg, model, dataset=None):
         super().__init__(cfg, model, dataset)
-        self.body, _ = body_head_keys(model)
+        self.body_keys, _ = body_head_keys(model)
 
     def body_state(self):
-        return {k: self.global_state[k] for k in self.body}
+        return {k: self.global_state[k] for k in self.body_keys}
 
     def broadcast_payload(self, server_round):
         return {"body": self.body_state()}

@@ -1,11 +1,9 @@
 """FedSAM (FedAvg server) and MoFedSAM (FedCM server), both with SAM clients."""
 
 from clients.fedsam import FedSAMClient, MoFedSAMClient
-from fedapp.config import Key
-from strategies.base import LR_DECAY, FedStrategy
-from strategies.fedcm import ALPHA, DECAY_IN_MIX, FedCM
-
-RHO = Key("rho", float, 0.1, "SAM perturbation radius rho.", low=0.0)
+from strategies.base import FedStrategy
+from strategies.fedcm import FedCM
+from strategies.keys import ALPHA, DECAY_IN_MIX, LR_DECAY, RHO
 
 
 class FedSAM(FedStrategy):

@@ -5,10 +5,9 @@ from __future__ import annotations
 from clients.fedsmoo import FedSMOOClient, FedSpeedClient
 from fedapp.config import Key
 from fedapp.perturbation import perturbation
-from strategies.base import LR_DECAY
 from strategies.driver import spec_of
-from strategies.feddyn import BETA, FedDyn
-from strategies.fedsam import RHO
+from strategies.feddyn import FedDyn
+from strategies.keys import BETA, LR_DECAY, RHO
 
 
 class FedSpeed(FedDyn):

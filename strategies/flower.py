@@ -28,7 +28,8 @@ from clients.fedavg import FedAvgClient
 from clients.fedprox import FedProxClient
 from fedapp.config import Key
 from fedapp.records import Tensors, from_record, make_content, to_record
-from strategies.base import LR_DECAY, FedStrategy
+from strategies.base import FedStrategy
+from strategies.keys import LR_DECAY
 from strategies.driver import Reply
 
 #: Flower's strategies fedapp's clients can take part in, with the fedapp client each needs

@@ -3,6 +3,7 @@
 from clients.ifca import IFCAClient
 from fedapp.config import ConfigError, Key, RunConfig
 from strategies.ifca import IFCA
+from strategies.keys import CLUSTERS, IDENTICAL_INIT
 
 
 class FLSC(IFCA):
@@ -13,9 +14,8 @@ class FLSC(IFCA):
     """
 
     config_prefix = "flsc"
-    config_keys = (Key("clusters", int, 3, "Number k of cluster models.", low=1),
-                   Key("n-g", int, 2, "Models N_g each client averages and contributes to.", low=1),
-                   IFCA.config_keys[1])
+    config_keys = (CLUSTERS, Key("n-g", int, 2, "Models N_g each client averages and contributes to.", low=1),
+                   IDENTICAL_INIT)
 
     @classmethod
     def check_config(cls, cfg: RunConfig) -> None:

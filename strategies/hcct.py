@@ -268,10 +268,10 @@ class HCCT(FedStrategy):
             self.group_models[group] = model
             for pid in group:
                 self.models[pid] = model
-        self.after_first_updates(server_round)
+        self.after_aggregate(server_round)
 
-    def after_first_updates(self, server_round: int) -> None:
-        """Called after every aggregation (HCCT-E picks its similarity layer here)."""
+    def after_aggregate(self, server_round: int) -> None:
+        """Work after every aggregation of a round (HCCT-E picks its similarity layer after round 1)."""
 
     def eval_broadcast(self, server_round: int):
         return {}
@@ -310,8 +310,8 @@ class HCCTE(HCCT):
     pooled mean update is positive scores negative. For a Conv/Linear with bias this is the weight's
     ratio plus the bias's ratio; a following norm layer's tensors add theirs.
 
-    ``"scale-free"`` (this project's stand-in, written while the paper could not be read offline):
-    per-entry statistics across the clients i, scale-free so that layers of different sizes compare,
+    ``"scale-free"`` (this project's alternative, not the authors'): per-entry statistics across the
+    clients i, scale-free so that layers of different sizes compare,
 
         score(L) = sum_j Var_i(g_ij) / sum_j (mean_i g_ij)^2   over the entries j of L.
     """
@@ -340,7 +340,7 @@ class HCCTE(HCCT):
             scores[keys] = -math.inf if math.isnan(score) else score  # 0/0: a layer no client moved
         return scores
 
-    def after_first_updates(self, server_round: int) -> None:
+    def after_aggregate(self, server_round: int) -> None:
         if server_round != 1 or len(self.updates) < 2:
             return
         scores = self.layer_scores(server_round)

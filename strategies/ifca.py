@@ -6,11 +6,12 @@ import torch
 
 from clients.ifca import IFCAClient
 from fedapp.aggregation import weighted_mean
-from fedapp.config import Key, RunConfig
+from fedapp.config import RunConfig
 from fedapp.experiment import model_for
 from fedapp.records import Shared, Tensors
 from strategies.base import FedStrategy
 from strategies.driver import Reply
+from strategies.keys import CLUSTERS, IDENTICAL_INIT
 
 
 class IFCA(FedStrategy):
@@ -24,9 +25,7 @@ class IFCA(FedStrategy):
     """
 
     config_prefix = "ifca"
-    config_keys = (Key("clusters", int, 3, "Number k of cluster models.", low=1),
-                   Key("identical-init", bool, False, "All k models start from the same initial model (the HCCT "
-                       "authors' code); IFCA's paper starts them from distinct initialisations."))
+    config_keys = (CLUSTERS, IDENTICAL_INIT)
     checkpoint_attrs = ("cluster_models", "choices")
     global_model = False  # k cluster models
 

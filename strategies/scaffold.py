@@ -7,7 +7,8 @@ from collections.abc import Callable
 from clients.scaffold import ScaffoldClient
 from fedapp.config import Key
 from fedapp.records import Tensors
-from strategies.base import LR_DECAY, FedStrategy
+from strategies.base import FedStrategy
+from strategies.keys import LR_DECAY
 from strategies.driver import spec_of
 
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from fedapp.__main__ import compare, list_algorithms
-from fedapp.config import COMMON_KEYS, parse_run_config
+from fedapp.config import COMMON_KEYS
+from fedapp.registry import parse_run_config
 from fedapp.experiment import dataset, partitions
 from fedapp.inprocess import run_local
 from fedapp.registry import algorithms

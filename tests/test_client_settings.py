@@ -7,7 +7,8 @@ import torch
 from clients.fedprox import FedProxClient
 from fedapp import registry
 from fedapp.client_app import app
-from fedapp.config import ConfigError, parse_run_config
+from fedapp.config import ConfigError
+from fedapp.registry import parse_run_config
 from fedapp.experiment import client_data, model_for
 from fedapp.inprocess import InProcessGrid, run_local
 from strategies.base import CLIENT_SETTINGS

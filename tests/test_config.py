@@ -4,7 +4,8 @@ import tomllib
 
 import pytest
 
-from fedapp.config import COMMON_KEYS, ConfigError, defaults, parse_run_config
+from fedapp.config import COMMON_KEYS, ConfigError
+from fedapp.registry import defaults, parse_run_config
 from tests.conftest import ROOT
 
 

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from fedapp.client_app import app, load_state
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.launch import process_tree
 from fedapp.inprocess import InProcessGrid, run_local
 

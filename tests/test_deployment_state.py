@@ -12,7 +12,7 @@ from PIL import Image
 
 from clients.scaffold import ScaffoldClient
 from fedapp.client_app import app, commit_state, end_of_run, load_state, state_path
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.inprocess import InProcessGrid, run_local
 
 

@@ -9,7 +9,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from fedapp.client_app import app
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.experiment import device_of
 from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.training import evaluate

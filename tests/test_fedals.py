@@ -12,7 +12,7 @@ import clients.fedals
 from clients.fedals import FedALSClient
 from clients.fedavg import FedAvgClient
 from fedapp.client_app import app
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.experiment import model_for
 from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.models import build_model

@@ -5,7 +5,7 @@ import json
 import torch
 
 from clients.fedavg import FedAvgClient
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.experiment import client_data, model_for
 from fedapp.inprocess import run_local
 from fedapp.records import content_bytes, make_content

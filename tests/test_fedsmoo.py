@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -10,7 +11,7 @@ from clients.fedcm import FedCMClient
 from clients.fedsam import FedSAMClient, MoFedSAMClient
 from clients.fedsmoo import FedSMOOClient
 from fedapp.client_app import app
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.experiment import model_for
 from fedapp import registry
 from fedapp.inprocess import InProcessGrid, run_local
@@ -223,3 +224,33 @@ def test_fedadam_matches_flower_formula_by_hand():
     delta = torch.tensor([2.0, -1.0])
     expected = 1.0 + eta_t * 0.1 * delta / (0.1 * delta.abs() + 0.01)
     assert torch.allclose(strategy.global_state["w"], expected)
+
+
+def test_fedadam_is_flowers_fedadam_bit_for_bit(monkeypatch):
+    """Three rounds of three weighted replies: fedapp's FedAdam and Flower's FedAdam, driven by its
+    own aggregate_train on the reply messages (the model kept in float32 between rounds), give the
+    same global model, bit for bit."""
+    from flwr.app import Message, MessageType
+    from flwr.serverapp.strategy import FedAdam as FlowerFedAdam
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from fedapp.records import make_content
+    from strategies.fedadam import FedAdam
+
+    strategy = fake_strategy(FedAdam, {"strategy": "fedadam", "fedadam.eta": 0.05, "fedadam.beta-1": 0.8},
+                             [0.3, -1.2, 2.5], num_clients=3)
+    flower = FlowerFedAdam(eta=0.05, beta_1=0.8, beta_2=0.99, tau=1e-3)
+    for ident in ("_task_id", "_run_id", "_node_id"):  # Flower's messages name their task, run and node
+        monkeypatch.setattr(TaskIdentity, ident, 1)
+    w = strategy.global_state["w"].numpy().copy()
+    gen = torch.Generator().manual_seed(0)
+    for rnd in (1, 2, 3):
+        states = [strategy.global_state["w"] + torch.randn(3, generator=gen) for _ in range(3)]
+        strategy.aggregate(rnd, [Reply(pid, {"arrays": {"w": s}}, {"num-examples": 5 + 7 * pid})
+                                 for pid, s in enumerate(states)])
+        flower.current_arrays = {"w": w}
+        msgs = [Message(make_content({"arrays": {"w": s}}, metrics={"num-examples": 5 + 7 * pid}),
+                        dst_node_id=100 + pid, message_type=MessageType.TRAIN) for pid, s in enumerate(states)]
+        arrays, _ = flower.aggregate_train(rnd, msgs)
+        w = arrays["w"].numpy().astype(np.float32)  # Flower computes in float64; the model is float32
+        assert torch.equal(strategy.global_state["w"], torch.from_numpy(w)), rnd

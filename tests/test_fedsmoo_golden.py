@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.data.partitioners import DirichletHsuPartitioner, PathologicalHsuPartitioner
 from fedapp.experiment import ClientData
 from fedapp.models import MLP

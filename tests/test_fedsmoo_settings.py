@@ -11,7 +11,8 @@ from torch import nn
 
 from clients.fedavg import FedAvgClient
 from clients.feddyn import FedDynClient
-from fedapp.config import ConfigError, parse_run_config
+from fedapp.config import ConfigError
+from fedapp.registry import parse_run_config
 from fedapp.data.partitioners import DirichletHsuPartitioner, PathologicalHsuPartitioner
 from fedapp.experiment import round_lr
 from fedapp.models import build_model, param_count

@@ -10,7 +10,7 @@ from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, Result, Strategy
 
 from fedapp.client_app import app
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.inprocess import InProcessGrid
 from fedapp.records import from_record, to_record
 from fedapp.server_app import build_strategy

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import clients.base
-from fedapp.config import ConfigError, parse_run_config
+from fedapp.config import ConfigError
+from fedapp.registry import parse_run_config
 from fedapp.inprocess import InProcessGrid, run_local
 from strategies.base import weighted_mean
 from strategies.hcct import group_utility, hierarchical_partition, merge_benefit

@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from clients.fedavg import FedAvgClient
+from clients.fedfa import FedFAClient
 from clients.ifca import IFCAClient
 from clients.maxfl import MaxFLClient
 from fedapp.client_app import app
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.experiment import client_data, dataset, model_for
 from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.records import content_bytes, make_content
@@ -68,9 +69,9 @@ def test_hcct_e_picks_the_layer_with_the_largest_variance_to_mean_ratio(small_co
         u["fc2.bias"] = torch.full_like(init["fc2.bias"], sign)
         ups.append(u)
     strategy.updates = dict(enumerate(ups))
-    strategy.after_first_updates(1)
+    strategy.after_aggregate(1)
     assert strategy.similarity_keys == ["fc2.weight", "fc2.bias"]
-    strategy.after_first_updates(2)  # chosen once
+    strategy.after_aggregate(2)  # chosen once
     assert strategy.similarity_keys == ["fc2.weight", "fc2.bias"]
 
 
@@ -99,7 +100,7 @@ def test_hcct_e_dispersion_and_scale_free_scores_pick_different_layers(small_con
         strategy = HCCTE(cfg, model_for(cfg), dataset(cfg))
         strategy.updates = updates(cfg)
         scores = strategy.layer_scores(1)
-        strategy.after_first_updates(1)
+        strategy.after_aggregate(1)
         picks[rule] = strategy.similarity_keys
         if rule == "dispersion":
             for keys, score in scores.items():
@@ -160,6 +161,21 @@ def test_fedfa_weights_are_minus_log2_training_accuracy(small_config):
     assert torch.allclose(strategy.global_state["fc.bias"], torch.full((10,), 2.0))
     run = run_local({**small_config, "strategy": "fedfa", "num-server-rounds": 1})
     assert 0 < run.history[-1]["fed-accuracy"] <= 1
+
+
+def test_fedfa_client_reports_the_received_models_training_accuracy_loading_it_once(small_config):
+    cfg = parse_run_config({**small_config, "strategy": "fedfa"})
+    init, d = model_for(cfg).state_dict(), client_data(cfg, 0)
+    received = trained(cfg, 1, init)  # another client's model: not this client's training optimum
+    client = FedFAClient(cfg, model_for(cfg), d)
+    loads = []
+    client.load_tensors = lambda tensors, load=client.load_tensors: loads.append(1) or load(tensors)
+    reply, metrics = client.fit({"arrays": received}, {**FedFA.client_settings(cfg), "server-round": 1, "lr": 0.1})
+    model = model_for(cfg)
+    model.load_state_dict(received)
+    by_hand = evaluate(model, d.train_x, d.train_y, mean=d.mean, std=d.std)["accuracy"]
+    assert metrics["train-accuracy"] == by_hand and len(loads) == 1
+    assert not torch.equal(reply["arrays"]["fc.weight"], received["fc.weight"])  # then trained as FedAvg
 
 
 def test_maxfl_client_joins_only_when_the_global_model_is_good_enough(small_config):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from clients.hcct import HCCTClient
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.experiment import ClientData
 from fedapp.models import build_model
 from strategies.driver import ClientInfo, Reply

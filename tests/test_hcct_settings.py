@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.data.partitioners import half_classes_test_split, hcct_shard_counts, partition_indices
 from fedapp.experiment import dataset, model_for
 from fedapp.models import build_model

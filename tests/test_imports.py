@@ -1,5 +1,6 @@
-"""The project's modules import without circles (deferred imports inside functions included), each
-imports on its own, and no client module imports a server module."""
+"""The project's modules import without circles (deferred imports inside functions included; for the
+fedapp modules type-only ones too), each imports on its own, no client module imports a server module,
+and the run-config core imports no algorithm and no app."""
 
 import ast
 import importlib
@@ -19,12 +20,13 @@ def modules() -> dict[str, Path]:
     return out
 
 
-def imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """Project modules ``name`` imports anywhere in its body, except under ``if TYPE_CHECKING``.
-    Importing ``a.b.c`` also runs the packages ``a`` and ``a.b``."""
+def imports(name: str, path: Path, known: set[str], type_only: bool = False) -> set[str]:
+    """Project modules ``name`` imports anywhere in its body, under ``if TYPE_CHECKING`` only with
+    ``type_only``. Importing ``a.b.c`` also runs the packages ``a`` and ``a.b``."""
     tree = ast.parse(path.read_text())
-    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for child in node.body for n in ast.walk(child)}
+    skip = set() if type_only else {
+        id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for child in node.body for n in ast.walk(child)}
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(tree):
@@ -46,11 +48,14 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
     return found
 
 
-def test_no_import_circles():
+def import_graph(type_only: bool = False) -> dict[str, set[str]]:
     mods = modules()
-    graph = {name: imports(name, path, set(mods)) for name, path in mods.items()}
+    graph = {name: imports(name, path, set(mods), type_only) for name, path in mods.items()}
     # a package's own __init__ importing its submodules is how packages work, not a circle
-    graph = {n: {m for m in deps if not m.startswith(n + ".")} for n, deps in graph.items()}
+    return {n: {m for m in deps if not m.startswith(n + ".")} for n, deps in graph.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     cycles, state = [], {}
 
     def visit(node, stack):
@@ -65,7 +70,30 @@ def test_no_import_circles():
     for name in sorted(graph):
         if name not in state:
             visit(name, [name])
-    assert cycles == []
+    return cycles
+
+
+def test_no_import_circles():
+    assert circles(import_graph()) == []
+
+
+def test_no_fedapp_module_in_an_import_circle_type_only_imports_counted():
+    """A type-only import is a dependency too: no circle passes through a fedapp module (the run
+    config and the registry, say) even counting the imports under ``if TYPE_CHECKING``."""
+    assert [c for c in circles(import_graph(type_only=True)) if any(m.startswith("fedapp") for m in c)] == []
+
+
+def test_run_config_core_imports_no_algorithm_and_no_app():
+    """fedapp.config, and all it imports (type-only and deferred imports included), reaches no
+    strategy, client, registry or app: the registry adds the algorithms' keys from above."""
+    graph, seen, todo = import_graph(type_only=True), set(), ["fedapp.config"]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += graph[name]
+    above = {"fedapp.registry", "fedapp.server_app", "fedapp.client_app", "fedapp.inprocess", "fedapp.launch"}
+    assert sorted(m for m in seen if m.split(".")[0] in ("strategies", "clients") or m in above) == []
 
 
 def test_clients_import_no_server_module():

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from clients.fedavg import FedAvgClient
-from fedapp.config import ConfigError, parse_run_config
+from fedapp.config import ConfigError
+from fedapp.registry import parse_run_config
 from fedapp.experiment import ClientData, client_data
 from fedapp.inprocess import run_local
 from fedapp.training import evaluate

@@ -5,7 +5,7 @@ import torch
 from flwr.clientapp import ClientApp
 
 from fedapp import library
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.experiment import client_data, model_for
 from fedapp.inprocess import run_local
 

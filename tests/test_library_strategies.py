@@ -6,7 +6,8 @@ import torch
 
 from fedapp import checkpoint, preflight
 from fedapp.client_app import app as client_app
-from fedapp.config import ConfigError, parse_run_config
+from fedapp.config import ConfigError
+from fedapp.registry import parse_run_config
 from fedapp.experiment import dataset, model_for
 from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.records import to_record

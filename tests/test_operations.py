@@ -20,7 +20,8 @@ from flwr.app import MessageType
 import fedapp.files
 from fedapp import checkpoint, preflight
 from fedapp.client_app import app
-from fedapp.config import ConfigError, parse_run_config
+from fedapp.config import ConfigError
+from fedapp.registry import parse_run_config
 from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.results import ResultsWriter, run_dir
 from test_reliability import same_rows, tensors

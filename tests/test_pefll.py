@@ -7,7 +7,8 @@ from PIL import Image
 
 from clients.pefll import PeFLLClient, descriptor
 from fedapp.client_app import app as client_app
-from fedapp.config import ConfigError, parse_run_config
+from fedapp.config import ConfigError
+from fedapp.registry import parse_run_config
 from fedapp.experiment import client_data, dataset, model_for
 from fedapp.inprocess import InProcessGrid, run_local
 from strategies.pefll import PeFLL, embed_dim

@@ -15,7 +15,7 @@ from clients.knnper import KNNPerClient, knn_probabilities
 from clients.pefll import PeFLLClient
 from clients.perfedavg import PerFedAvgClient
 from clients.pfedme import PFedMeClient
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.data import pfedhn_partitions
 from fedapp.experiment import ClientData, client_data, dataset, model_for
 from fedapp.models import body_head_keys

@@ -2,7 +2,7 @@
 
 import torch
 
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.experiment import dataset, model_for
 from simulations.pefll.tables import PAPER
 from simulations.run import read

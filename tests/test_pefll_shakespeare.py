@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from clients.pefll import PeFLLClient, descriptor
-from fedapp.config import ConfigError, parse_run_config
+from fedapp.config import ConfigError
+from fedapp.registry import parse_run_config
 from fedapp.experiment import client_data, dataset, model_for
 from fedapp.hypernetworks import LSTMEmbedding, embedding_network
 from fedapp.inprocess import run_local

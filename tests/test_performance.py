@@ -291,7 +291,7 @@ class _RowByRow:
 
 def test_channels_last_training_gives_nchw_batches_values_and_model_up_to_rounding():
     from clients.base import FedClient
-    from fedapp.config import parse_run_config
+    from fedapp.registry import parse_run_config
     from fedapp.data import BatchLoader
     from fedapp.experiment import ClientData
     from fedapp.models import build_model

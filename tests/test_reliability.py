@@ -14,7 +14,8 @@ from PIL import Image
 
 from fedapp import checkpoint, registry
 from fedapp.client_app import app, load_state
-from fedapp.config import ConfigError, parse_run_config
+from fedapp.config import ConfigError
+from fedapp.registry import parse_run_config
 from fedapp.faults import KINDS, faulty_partitions
 from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.server_app import build_strategy

@@ -21,7 +21,7 @@ def test_the_plot_is_redrawn_at_most_every_plot_every_s_and_after_the_last_round
     import json
 
     from fedapp import results
-    from fedapp.config import parse_run_config
+    from fedapp.registry import parse_run_config
 
     clock = [1000.0]
     monkeypatch.setattr(results.time, "time", lambda: clock[0])

@@ -8,7 +8,7 @@ import tomllib
 import pytest
 from flwr.common.config import flatten_dict, fuse_dicts, parse_config_args
 
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.inprocess import run_local
 from simulations import run as runner
 from tests.conftest import ROOT

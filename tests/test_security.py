@@ -12,7 +12,8 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
 from fedapp.client_app import app
-from fedapp.config import ConfigError, parse_run_config
+from fedapp.config import ConfigError
+from fedapp.registry import parse_run_config
 from fedapp.faults import INFLATED, faulty_partitions
 from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.server_app import build_strategy

@@ -20,7 +20,8 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from fedapp import checkpoint
 from fedapp.client_app import app
-from fedapp.config import ConfigError, parse_run_config
+from fedapp.config import ConfigError
+from fedapp.registry import parse_run_config
 from fedapp.inprocess import run_local
 from fedapp.server_app import build_strategy
 from strategies.driver import REPLY_METRICS_MAX_KEYS, REPLY_RECORDS_MAX_BYTES, ClientInfo

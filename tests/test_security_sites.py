@@ -14,7 +14,8 @@ from flwr.proto.node_pb2 import NodeInfo
 
 from fedapp import sites
 from fedapp.client_app import app
-from fedapp.config import ConfigError, parse_run_config
+from fedapp.config import ConfigError
+from fedapp.registry import parse_run_config
 from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.server_app import build_strategy, run
 from test_deployment import SITES, federation, free_port, rounds, run_config  # noqa: F401

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import fedapp.records as records
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.records import Shared, from_record
 from fedapp.server_app import build_strategy
 from strategies.driver import ClientInfo

@@ -25,7 +25,7 @@ from common import ROOT, load, record
 import torch
 
 from fedapp import registry
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.experiment import client_data, model_for
 
 SETTING = ROOT / "simulations" / "pefll" / "table1-cifar10-100c"

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from clients.base import FedClient
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.experiment import client_data
 from fedapp.models import build_model
 from strategies.fedavg import FedAvg

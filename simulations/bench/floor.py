@@ -19,7 +19,7 @@ from common import BASE, fmt, load, record, stats
 import torch
 import torch.nn.functional as F
 
-from fedapp.config import parse_run_config
+from fedapp.registry import parse_run_config
 from fedapp.data.loader import PAD, crop_flip, prepare
 from fedapp.experiment import client_data, device_of
 from fedapp.models import build_model

@@ -70,7 +70,7 @@ def isolated(fn, *args):
 def device_line(device: str) -> dict:
     import torch
 
-    from fedapp.config import parse_run_config
+    from fedapp.registry import parse_run_config
     from fedapp.experiment import device_of
 
     dev = device_of(parse_run_config({"device": device}))

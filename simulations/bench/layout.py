@@ -30,7 +30,7 @@ MEAN, STD = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
 
 def train_seconds(model_name: str, nhwc: bool, x: torch.Tensor, y: torch.Tensor) -> float:
     from clients.base import FedClient
-    from fedapp.config import parse_run_config
+    from fedapp.registry import parse_run_config
     from fedapp.experiment import ClientData
     from fedapp.models import build_model
 

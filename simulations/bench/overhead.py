@@ -71,7 +71,7 @@ BEFORE_TIMEOUT = 300.0
 def floor_plan(cfg: dict, rounds: int) -> list[list[int]]:
     """The partition ids whose local steps make each round of the floor: every client for FedAvg
     (full participation), PeFLL's seeded sample of the seen clients (the strategy's own)."""
-    from fedapp.config import parse_run_config
+    from fedapp.registry import parse_run_config
     from fedapp.server_app import build_strategy
     from strategies.driver import ClientInfo
 
@@ -87,7 +87,7 @@ def local_steps(cfg: dict) -> int:
 
 def sam_rho(cfg: dict) -> float:
     """The SAM radius of the floor's steps: FedSMOO's ``fedsmoo.rho``, else 0 (plain SGD)."""
-    from fedapp.config import parse_run_config
+    from fedapp.registry import parse_run_config
 
     run = parse_run_config(cfg)
     return float(run.algo("rho")) if run.strategy == "fedsmoo" else 0.0
@@ -105,7 +105,7 @@ _CLIENTS: dict = {}
 def _init_worker(cfg: dict, threads: int) -> None:
     import torch
 
-    from fedapp.config import parse_run_config
+    from fedapp.registry import parse_run_config
     from fedapp.experiment import client_data
 
     torch.set_num_threads(threads)

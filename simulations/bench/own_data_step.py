@@ -40,7 +40,7 @@ SETTINGS = {
 
 def client_for(run_config: dict):
     from fedapp import registry
-    from fedapp.config import parse_run_config
+    from fedapp.registry import parse_run_config
     from fedapp.experiment import client_data, model_for
     from strategies.fedavg import FedAvg
 
