@@ -41,7 +41,7 @@ from fedapp.config import RunConfig
 from fedapp.registry import parse_run_config
 from fedapp.experiment import ClientData, client_data, device_of, model_for
 from fedapp.faults import fault_mod
-from fedapp.privacy import dp_mod
+from strategies.privacy import dp_mod
 from fedapp.records import Payload, from_record, make_content, payload_of
 from fedapp.results import atomic_write
 from fedapp.watchdog import superlink_watchdog_mod
@@ -63,7 +63,7 @@ VERSIONS = "state-versions"
 
 # the SuperLink watchdog, only at a SuperNode's ClientApp processes (fedapp/watchdog.py), fault
 # injection, a no-op unless the run config sets fault-fraction (fedapp/faults.py), and Flower's
-# clipping mod where the run config asks for client-side dp (fedapp/privacy.py), innermost: it clips
+# clipping mod where the run config asks for client-side dp (strategies/privacy.py), innermost: it clips
 # what the client computed (an injected attacker bypasses it, as a malicious site would)
 app = ClientApp(mods=[superlink_watchdog_mod, fault_mod, dp_mod])
 

@@ -221,7 +221,7 @@ COMMON_KEYS: tuple[Key, ...] = (
         "in [0, 0.5).", low=0.0, high=0.5),
     Key("krum-byzantine", int, 0, "krum: f, the attackers it tolerates (scores over the n - f - 2 nearest).", low=0),
     Key("krum-select", int, 1, "krum: m replies with the best scores are averaged (1: Krum, more: Multi-Krum).", low=1),
-    # differential privacy (fedapp/privacy.py): Flower's DP wrappers and clipping mods, epsilon by dp-accounting
+    # differential privacy (strategies/privacy.py): Flower's DP wrappers and clipping mods, epsilon by dp-accounting
     Key("dp", str, "none", "Central differential privacy of the model updates (Flower's wrappers): clipping on the "
         "server or at the clients (Flower's clipping mods), at a fixed or adaptive norm, Gaussian noise on the "
         "mean; the privacy spent is the rounds' dp-epsilon column. A strategy it is not sound for refuses it.",

@@ -134,12 +134,12 @@ def check_aggregation(cfg: RunConfig) -> None:
 
 
 def check_privacy(cfg: RunConfig) -> None:
-    """``dp`` only where it is sound (fedapp.privacy: the strategy's update is the plain mean of its
+    """``dp`` only where it is sound (strategies.privacy: the strategy's update is the plain mean of its
     replies' models, combined by the mean), with its accountant installed, and adaptive clipping's
     noise split possible (Flower's wrapper needs dp-clipped-count-stddev > dp-noise-multiplier / 2)."""
     if cfg.dp == "none":
         return
-    from fedapp import privacy
+    from strategies import privacy
 
     if why := privacy.refusal(cfg.strategy):
         raise ConfigError(f"run config 'dp' = {cfg.dp!r} is invalid for strategy {cfg.strategy!r}: {why}; "

@@ -460,9 +460,9 @@ class FedStrategy(Strategy, metaclass=Settings):
     # ---- rounds ----------------------------------------------------------------------
     def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]:
         """One round of training: Flower's configure_train, the exchange, aggregate_train (under
-        ``dp``, those of Flower's DP wrapper around this strategy: fedapp.privacy)."""
+        ``dp``, those of Flower's DP wrapper around this strategy: strategies.privacy)."""
         if self.cfg.dp != "none":
-            from fedapp.privacy import private_round
+            from strategies.privacy import private_round
 
             return {**private_round(self, server_round, grid), **self.round_row(server_round)}
         with self.driving():

@@ -1,4 +1,4 @@
-"""Differential privacy (fedapp/privacy.py): Flower's DP wrappers and clipping mods on fedapp's
+"""Differential privacy (strategies/privacy.py): Flower's DP wrappers and clipping mods on fedapp's
 strategies, their refusals at preflight, and the epsilon of the rounds' rows."""
 
 from __future__ import annotations
@@ -13,12 +13,14 @@ from dp_accounting.rdp import RdpAccountant
 from flwr.app import MessageType
 from flwr.supercore.differential_privacy import compute_adaptive_noise_params
 
-from fedapp import preflight, privacy, registry
+from fedapp import preflight, registry
 from fedapp.client_app import app
-from fedapp.config import ConfigError, parse_run_config
+from fedapp.config import ConfigError
+from fedapp.registry import parse_run_config
 from fedapp.inprocess import InProcessGrid, run_local
 from fedapp.records import from_record
 from fedapp.server_app import build_strategy
+from strategies import privacy
 from strategies.base import FedStrategy
 from test_library_examples import plain_app, plain_config  # noqa: F401
 

@@ -17,7 +17,8 @@ pytest.importorskip("transformers")
 from clients.fedals import FedALSClient  # noqa: E402
 from clients.fedavg import FedAvgClient  # noqa: E402
 from conftest import SHARED_DATA  # noqa: E402
-from fedapp.config import ConfigError, parse_run_config  # noqa: E402
+from fedapp.config import ConfigError  # noqa: E402
+from fedapp.registry import parse_run_config  # noqa: E402
 from fedapp.experiment import ClientData  # noqa: E402
 from fedapp.inprocess import InProcessGrid, run_local  # noqa: E402
 from fedapp.llm import CausalLM, encode, opt125m_random, opt_tiny, prompt, word_tokenizer  # noqa: E402

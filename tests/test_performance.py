@@ -122,7 +122,7 @@ def test_ray_workers_keep_the_priority_of_the_run_and_none_idle_is_prestarted(mo
 def test_a_client_process_does_not_load_the_superlink():
     """What a Ray worker loads for a message (the ClientApp, the run config with every algorithm's
     keys, the algorithm's client) leaves out flwr.superlink, which only a server needs."""
-    code = ("import sys, fedapp.client_app\nfrom fedapp import registry\nfrom fedapp.config import parse_run_config\n"
+    code = ("import sys, fedapp.client_app\nfrom fedapp import registry\nfrom fedapp.registry import parse_run_config\n"
             "registry.get(parse_run_config({'strategy': 'pefll', 'model': 'lenet'}).strategy)\n"
             "print(sorted(m for m in sys.modules if m.startswith('flwr.superlink')))")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -247,7 +247,7 @@ def test_a_client_process_leaves_the_partitioners_and_their_packages_out(small_c
     serves its messages without Hugging Face datasets, flwr-datasets, pandas or matplotlib (1.4 CPU s
     of imports) and gets the same client data."""
     code = ("import json, sys\nimport numpy as np\nimport fedapp.client_app as ca\n"
-            "from fedapp.config import parse_run_config\n"
+            "from fedapp.registry import parse_run_config\n"
             "cfg = parse_run_config(json.loads(sys.argv[1]))\n"
             "data = [ca.cached_client_data(cfg, pid, None) for pid in range(cfg.num_clients)]\n"
             "print(json.dumps([[int(x) for x in d.train_y] for d in data]))\n"

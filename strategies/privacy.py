@@ -40,7 +40,7 @@ from flwr.serverapp.strategy import (DifferentialPrivacyClientSideAdaptiveClippi
                                      DifferentialPrivacyServerSideAdaptiveClipping,
                                      DifferentialPrivacyServerSideFixedClipping, Strategy)
 
-from fedapp.config import RunConfig, parse_run_config
+from fedapp.config import RunConfig
 from strategies.driver import sample_size
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ CLIENT_MODS = {"client-fixed": fixedclipping_mod, "client-adaptive": adaptivecli
 
 #: reply metric :func:`dp_mod` adds once Flower's clipping mod has clipped the reply
 CLIPPED = "dp-clipped"
-UNCLIPPED = ("unclipped: the reply is not marked dp-clipped by fedapp.privacy.dp_mod (fedapp's ClientApp applies it; "
+UNCLIPPED = ("unclipped: the reply is not marked dp-clipped by strategies.privacy.dp_mod (fedapp's ClientApp applies it; "
              "a ClientApp of one's own lists it in its mods; a plain Flower ClientApp clips nothing)")
 
 #: strategies every mechanism is sound for: a reply is the model alone ("arrays"), the server's new
@@ -249,7 +249,7 @@ def dp_mod(msg: Message, context: Context, call_next) -> Message:
     through untouched. A ClientApp of one's own (``fedapp.library``) lists it in its mods."""
     if msg.metadata.message_type.split(".")[0] != MessageType.TRAIN:
         return call_next(msg, context)
-    mod = CLIENT_MODS.get(parse_run_config(context.run_config).dp)
+    mod = CLIENT_MODS.get(str(context.run_config.get("dp", "none")))  # the ServerApp validated it
     if mod is None:
         return call_next(msg, context)
     reply = mod(msg, context, call_next)
