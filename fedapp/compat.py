@@ -9,11 +9,14 @@ tests passed on.
 
 from __future__ import annotations
 
+import sys
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from flwr.app import Error, RecordDict
+from flwr.clientapp import ClientApp
 
 #: what Flower's ClientApp raises for a message whose type it registers no function for
 #: (``flwr.clientapp.ClientApp.__call__``): "No query function registered with name 'default'"
@@ -35,6 +38,31 @@ def lacks_handler(error: Error, message_type: str) -> bool:
     (``query``: a plain Flower ClientApp with only ``@app.train()`` and ``@app.evaluate()``), as
     Flower reports it: the ClientApp's ValueError, wrapped by the SuperNode or the simulation."""
     return _NO_HANDLER.format(message_type) in (error.reason or "")
+
+
+def app_component(name: str) -> str | None:
+    """The ``name`` component (``serverapp``, ``clientapp``) of the Flower app this process runs: the
+    ``[tool.flwr.app.components]`` table of the app's ``pyproject.toml``, in the folder that Flower
+    puts first on ``sys.path`` when it loads the app (``flwr.supercore.object_ref``) in the ServerApp's
+    process, of a simulation and of a deployment alike. None where no folder on ``sys.path`` holds a
+    Flower app's pyproject.toml."""
+    for entry in sys.path:
+        path = Path(entry or ".") / "pyproject.toml"
+        if not path.is_file():
+            continue
+        try:
+            components = tomllib.loads(path.read_text())["tool"]["flwr"]["app"]["components"]
+        except (OSError, KeyError, TypeError, tomllib.TOMLDecodeError):
+            continue
+        return components.get(name)
+    return None
+
+
+def answers(app: ClientApp, message_type: str) -> bool:
+    """Whether ``app`` has a function for messages of ``message_type`` (its default action): one
+    registered with ``@app.query()`` and the like (``ClientApp._registered_funcs``), or a legacy
+    ``client_fn`` (``ClientApp._call``), which takes every message type."""
+    return app._call is not None or f"{message_type}.default" in app._registered_funcs
 
 
 def engine_pickup() -> Callable:

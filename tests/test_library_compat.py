@@ -71,3 +71,28 @@ def test_gitignore_matcher_reads_patterns(tmp_path):
 
 def test_flatten_dict_flattens_tables():
     assert compat.flatten_dict({"a": {"b": 1, "c": {"d": "x"}}, "e": 2.0}) == {"a.b": 1, "a.c.d": "x", "e": 2.0}
+
+
+def test_app_component_reads_the_app_folder_first_on_sys_path(tmp_path, monkeypatch):
+    for name, clientapp in (("other", "other.client:app"), ("app", "mine.client_app:app")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "pyproject.toml").write_text(
+            f'[tool.flwr.app.components]\nserverapp = "fedapp.server_app:app"\nclientapp = "{clientapp}"\n')
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "pyproject.toml").write_text('[project]\nname = "not-a-flower-app"\n')
+    monkeypatch.setattr("sys.path", [str(tmp_path / d) for d in ("plain", "app", "other")])
+    assert compat.app_component("clientapp") == "mine.client_app:app"
+    assert compat.app_component("serverapp") == "fedapp.server_app:app"
+    monkeypatch.setattr("sys.path", [str(tmp_path / "plain")])
+    assert compat.app_component("clientapp") is None
+
+
+def test_answers_tells_which_message_types_a_clientapp_takes():
+    plain, full = ClientApp(), ClientApp()
+    for app in (plain, full):
+        app.train()(lambda msg, context: msg)
+    full.query()(lambda msg, context: msg)
+    assert compat.answers(plain, MessageType.TRAIN) and compat.answers(full, MessageType.QUERY)
+    assert not compat.answers(plain, MessageType.QUERY) and not compat.answers(plain, MessageType.EVALUATE)
+    legacy = ClientApp(client_fn=lambda context: None)  # a client_fn takes every message type
+    assert compat.answers(legacy, MessageType.QUERY)

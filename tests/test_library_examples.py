@@ -2,16 +2,18 @@
 quickstart writes one (examples/plain-flower-client) in fedapp's runs."""
 
 import json
+import re
 import subprocess
+import time
 
 import pytest
 import torch
 
 from fedapp.config import ConfigError
 from fedapp.inprocess import run_local
-from fedapp.launch import (BIN, flwr_env, free_port_base, start_local_superlink, stop_local_superlink,
+from fedapp.launch import (BIN, flwr_env, free_port_base, run_status, start_local_superlink, stop_local_superlink,
                            wait_for_superlink)
-from strategies.driver import FLOWER_METRICS
+from strategies.driver import FLOWER_METRICS, app_is_plain
 
 from conftest import ROOT
 
@@ -33,10 +35,23 @@ def plain_config(tmp_path, **extra):
             "results-dir": str(tmp_path / "results"), "run-name": "p", "node-wait-timeout": 5.0, **extra}
 
 
+def final_status(done: subprocess.CompletedProcess, env: dict, limit: float = 300.0) -> str:
+    """The status of the run `flwr run` started (``finished:completed`` when it succeeded): its
+    ``--stream`` exits 0 when the run failed too, and may end before the run has finished."""
+    started = re.search(r"Successfully started run (\d+)", done.stdout + done.stderr)
+    if started is None:
+        return "not started"
+    end = time.time() + limit
+    while not (status := run_status(started.group(1), env)["status"]).startswith("finished") and time.time() < end:
+        time.sleep(1.0)
+    return status
+
+
 @pytest.fixture(scope="module")
 def example_runs(tmp_path_factory):
     """The three examples of docs/flower-library.md through `flwr run`, one after another on one
-    local SuperLink (Flower's default 2-node simulation): name -> (`flwr run`'s output, its folder)."""
+    local SuperLink (Flower's default 2-node simulation): name -> (`flwr run`'s output with the run's
+    final status as ``status``, its folder)."""
     tmp = tmp_path_factory.mktemp("examples")
     home = tmp / "flwr-home"
     env = flwr_env(home, free_port_base())
@@ -50,6 +65,7 @@ def example_runs(tmp_path_factory):
         for name, overrides in runs.items():
             out[name] = subprocess.run([str(BIN / "flwr"), "run", str(EXAMPLES / name), "--stream", "--run-config",
                                         overrides], env=env, capture_output=True, text=True, timeout=900)
+            out[name].status = final_status(out[name], env)
     finally:
         stop_local_superlink(home)
     return out, tmp
@@ -60,7 +76,9 @@ def test_plain_flower_clientapp_joins(example_runs):
     Flower's default 2-node federation. Both nodes train in every round, keyed by their node ids, and
     the rows hold their metrics under fedapp's names (the template's eval_acc as fed-accuracy)."""
     out, tmp = example_runs
-    assert out["plain-flower-client"].returncode == 0, out["plain-flower-client"].stderr
+    done = out["plain-flower-client"]
+    assert (done.returncode, done.status) == (0, "finished:completed"), done.stdout[-6000:] + done.stderr
+    assert "ERROR" not in done.stdout, done.stdout[-6000:]  # known plain, its nodes get no discovery query
     rows = json.loads((tmp / "results" / "p" / "rounds.json").read_text())["rounds"]
     assert [r["round"] for r in rows] == [0, 1, 2], out["plain-flower-client"].stdout[-6000:]
     assert [r["replies"] for r in rows[1:]] == [2, 2] and all(r["dropped-replies"] == 0 for r in rows[1:])
@@ -71,9 +89,6 @@ def test_plain_flower_clientapp_joins(example_runs):
     assert rows[1]["train-loss"] > 0
 
 
-@pytest.mark.xfail(reason="the plain Flower ClientApp example fails under flwr run's Ray simulation: its missing query "
-                          "handler reaches the ServerApp as a ClientAppException, not as the error reply a "
-                          "deployment's SuperNode sends", strict=False)
 def test_docs_library_examples(example_runs):
     """Each example of docs/flower-library.md, as the page shows its code, runs through `flwr run`."""
     out, tmp = example_runs
@@ -83,7 +98,8 @@ def test_docs_library_examples(example_runs):
         assert (EXAMPLES / path).read_text().rstrip() in doc, path
         assert f"flwr run examples/{path.split('/')[0]} --stream" in doc
     for name, done in out.items():
-        assert done.returncode == 0 and "ERROR" not in done.stdout, name + done.stdout[-3000:] + done.stderr
+        assert (done.returncode, done.status) == (0, "finished:completed"), name + done.stdout[-3000:] + done.stderr
+        assert "ERROR" not in done.stdout, name + done.stdout[-3000:]
     # 1: your ServerApp ran FedSMOO's start() and saved Result.arrays: your Net's keys, trained
     final = torch.load(tmp / "final.pt")
     assert list(final) == ["0.weight", "0.bias", "2.weight", "2.bias"]
@@ -92,6 +108,17 @@ def test_docs_library_examples(example_runs):
     rows = json.loads((tmp / "results" / "own" / "rounds.json").read_text())["rounds"]
     assert [r["replies"] for r in rows[1:]] == [2, 2] and rows[0]["round"] == 0
     assert 0.0 < rows[-1]["fed-accuracy"] <= 1.0
+
+
+def test_the_plain_examples_clientapp_is_known_plain_before_any_message(monkeypatch):
+    """Flower loads an app from its folder, first on sys.path: examples/plain-flower-client's ClientApp
+    has no query function, fedapp's own (the checkout's app) and examples/own-clientapp's have one."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    assert not app_is_plain()
+    monkeypatch.syspath_prepend(str(EXAMPLES / "own-clientapp"))
+    assert not app_is_plain()
+    monkeypatch.syspath_prepend(str(PLAIN))
+    assert app_is_plain()
 
 
 def test_plain_clients_are_refused_before_round_1_by_a_strategy_that_needs_its_own(tmp_path, plain_app):
