@@ -261,9 +261,11 @@ class Driver:
         self.refused[node] = -1
 
     def sample(self, pool: list[int], fraction: float) -> list[int]:
-        """Seeded sample of ``fraction`` of ``pool`` (at least min-train-nodes), sorted."""
+        """Seeded sample of ``fraction`` of ``pool`` (at least min-train-nodes), sorted. Drawn as
+        positions in ``pool`` (the same draw as of the ids themselves): plain clients are keyed by
+        64-bit node ids, which NumPy turns into float64, losing digits, when some lie above 2**63."""
         n = min(len(pool), max(self.cfg.min_train_nodes, int(round(fraction * len(pool)))))
-        return sorted(int(p) for p in self.strategy.rng.choice(pool, size=n, replace=False))
+        return sorted(int(pool[i]) for i in self.strategy.rng.choice(len(pool), size=n, replace=False))
 
     # ---- messages --------------------------------------------------------------------
     def messages(self, contents: Mapping[int, RecordDict], message_type: str) -> list[Message]:

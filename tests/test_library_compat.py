@@ -96,3 +96,29 @@ def test_answers_tells_which_message_types_a_clientapp_takes():
     assert not compat.answers(plain, MessageType.QUERY) and not compat.answers(plain, MessageType.EVALUATE)
     legacy = ClientApp(client_fn=lambda context: None)  # a client_fn takes every message type
     assert compat.answers(legacy, MessageType.QUERY)
+
+
+def test_flwr_cli_runs_flower_with_the_fab_built_beforehand(tmp_path, monkeypatch, capsys):
+    import importlib
+
+    from flwr.cli.build import build_fab_from_disk
+
+    from fedapp.launch import ROOT, app_files
+
+    run = importlib.import_module("flwr.cli.run.run")
+    monkeypatch.setattr(run, "build_fab_from_disk", run.build_fab_from_disk)  # undone after the test
+    monkeypatch.setattr("sys.argv", ["pytest"])
+    app = tmp_path / "app"
+    (app / "pkg").mkdir(parents=True)
+    (app / "pyproject.toml").write_bytes((ROOT / "examples" / "plain-flower-client" / "pyproject.toml").read_bytes())
+    (app / "pkg" / "m.py").write_text("x = 1\n")
+    cli = compat.flwr_cli({"pyproject.toml": app / "pyproject.toml"}, app)
+    # `flwr run` of that folder gets the FAB of the files given, not of what the folder holds now
+    assert run.build_fab_from_disk(app) == run.build_fab_from_disk(str(app) + "/") != build_fab_from_disk(app)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "pyproject.toml").write_bytes((app / "pyproject.toml").read_bytes())
+    assert run.build_fab_from_disk(other) == build_fab_from_disk(other)
+    with pytest.raises(SystemExit) as done:
+        cli(["--version"])
+    assert done.value.code in (0, None) and "1.4" in capsys.readouterr().out

@@ -121,6 +121,26 @@ def test_the_plain_examples_clientapp_is_known_plain_before_any_message(monkeypa
     assert app_is_plain()
 
 
+def test_plain_clients_are_sampled_by_their_exact_node_ids():
+    """Node ids are 64-bit: a pool with ids above and below 2**63 is float64 to NumPy, whose draw of
+    the ids themselves came back with other low digits (the round's clients then unknown). The draw
+    of positions is the same draw, exact."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from strategies.driver import Driver
+
+    pool = [2866985134364038145, 12000000000000000001]
+    for seed in range(4):
+        strategy = SimpleNamespace(cfg=SimpleNamespace(min_train_nodes=1), rng=np.random.default_rng(seed))
+        sampled = Driver(strategy).sample(pool, 0.5)
+        assert len(sampled) == 1 and sampled[0] in pool
+        ids = sorted(int(p) for p in np.random.default_rng(seed).choice(pool, size=1, replace=False))
+        assert ids[0] not in pool  # what drawing the ids themselves gives
+        assert sampled == [pool[int(np.random.default_rng(seed).choice(2, size=1, replace=False)[0])]]
+
+
 def test_plain_clients_are_refused_before_round_1_by_a_strategy_that_needs_its_own(tmp_path, plain_app):
     for strategy, client in (("scaffold", "clients.scaffold.ScaffoldClient"),
                              ("fedsmoo", "clients.fedsmoo.FedSMOOClient")):
