@@ -15,8 +15,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flwr.app import Error, RecordDict
+import numpy as np
+from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.common.constant import SUPERLINK_NODE_ID, SType
+
+#: the node id a ServerApp's messages come from (``flwr.common.constant``)
+SERVER_NODE_ID: int = SUPERLINK_NODE_ID
+#: the storage type of an Array holding ``np.save`` bytes (``flwr.common.constant.SType``)
+NUMPY_STYPE: str = SType.NUMPY
+#: what a Flower mod's ``call_next`` is (as ``flwr.clientapp.typing.ClientAppCallable``)
+ClientAppCallable = Callable[[Message, Context], Message]
 
 #: what Flower's ClientApp raises for a message whose type it registers no function for
 #: (``flwr.clientapp.ClientApp.__call__``): "No query function registered with name 'default'"
@@ -140,6 +149,30 @@ def flwr_cli(files: dict[str, Path], root: Path) -> Callable[[list[str]], int]:
         return app()
 
     return cli
+
+
+def parse_config_args(args: list[str]) -> dict[str, Any]:
+    """``--run-config`` arguments (a TOML file, or ``KEY=VALUE`` pairs) as `flwr run` reads them, flat
+    keys (``flwr.common.config.parse_config_args``)."""
+    from flwr.common.config import parse_config_args as parse
+
+    return parse(args)
+
+
+def trim_mean(array: np.ndarray, fraction: float) -> np.ndarray:
+    """Flower's trimmed mean along axis 0, ``fraction`` cut at each end (FedTrimmedAvg's
+    ``flwr.serverapp.strategy.fedtrimmedavg.trim_mean``)."""
+    from flwr.serverapp.strategy.fedtrimmedavg import trim_mean as trimmed
+
+    return trimmed(array, fraction)
+
+
+def select_multikrum(contents: list[RecordDict], num_malicious: int, num_select: int) -> list[RecordDict]:
+    """The ``num_select`` replies Flower's Multi-Krum keeps, ``num_malicious`` assumed Byzantine
+    (``flwr.serverapp.strategy.multikrum.select_multikrum``)."""
+    from flwr.serverapp.strategy.multikrum import select_multikrum as select
+
+    return select(contents, num_malicious, num_select)
 
 
 def flatten_dict(values: dict[str, Any]) -> dict[str, Any]:

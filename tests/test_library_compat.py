@@ -2,6 +2,7 @@
 
 import inspect
 
+import numpy as np
 import pytest
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MessageType, MetricRecord, RecordDict
@@ -122,3 +123,36 @@ def test_flwr_cli_runs_flower_with_the_fab_built_beforehand(tmp_path, monkeypatc
     with pytest.raises(SystemExit) as done:
         cli(["--version"])
     assert done.value.code in (0, None) and "1.4" in capsys.readouterr().out
+
+
+def test_constants_are_flowers():
+    compat.set_task_identity(1, 7, compat.SERVER_NODE_ID)  # a ServerApp's message: from Flower's server node
+    assert Message(RecordDict(), dst_node_id=3, message_type=MessageType.TRAIN).metadata.src_node_id == SUPERLINK_NODE_ID
+    from flwr.app import Array
+
+    assert Array(np.arange(3.0)).stype == compat.NUMPY_STYPE
+
+
+def test_client_app_callable_is_what_a_mod_gets_as_call_next():
+    from flwr.clientapp.typing import ClientAppCallable
+
+    assert compat.ClientAppCallable == ClientAppCallable
+
+
+def test_parse_config_args_reads_pairs_and_files(tmp_path):
+    (tmp_path / "c.toml").write_text('strategy = "fedprox"\n[fedprox]\nmu = 0.01\n')
+    assert compat.parse_config_args(["num-server-rounds=3 lr=0.1 name='a b'"]) == {
+        "num-server-rounds": 3, "lr": 0.1, "name": "a b"}
+    assert compat.parse_config_args([str(tmp_path / "c.toml")]) == {"strategy": "fedprox", "fedprox.mu": 0.01}
+
+
+def test_trim_mean_cuts_each_end():
+    values = np.array([[0.0], [1.0], [2.0], [3.0], [100.0]])
+    assert compat.trim_mean(values, 0.2).tolist() == [2.0]  # 0 and 100 cut: mean of 1, 2, 3
+    assert compat.trim_mean(values, 0.0).tolist() == [21.2]
+
+
+def test_select_multikrum_keeps_the_replies_near_the_others():
+    contents = [RecordDict({"arrays": ArrayRecord([np.array([v, v])])}) for v in (0.0, 0.1, 0.2, 50.0)]
+    chosen = compat.select_multikrum(contents, 1, 2)
+    assert len(chosen) == 2 and all(c is not contents[3] for c in chosen)
