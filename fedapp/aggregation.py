@@ -9,8 +9,8 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, RecordDict
-from flwr.serverapp.strategy.multikrum import select_multikrum
 
+from fedapp.compat import select_multikrum
 from fedapp.records import Tensors
 
 

@@ -9,11 +9,23 @@ tests passed on.
 
 from __future__ import annotations
 
+import sys
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flwr.app import Error, RecordDict
+import numpy as np
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.common.constant import SUPERLINK_NODE_ID, SType
+
+#: the node id a ServerApp's messages come from (``flwr.common.constant``)
+SERVER_NODE_ID: int = SUPERLINK_NODE_ID
+#: the storage type of an Array holding ``np.save`` bytes (``flwr.common.constant.SType``)
+NUMPY_STYPE: str = SType.NUMPY
+#: what a Flower mod's ``call_next`` is (as ``flwr.clientapp.typing.ClientAppCallable``)
+ClientAppCallable = Callable[[Message, Context], Message]
 
 #: what Flower's ClientApp raises for a message whose type it registers no function for
 #: (``flwr.clientapp.ClientApp.__call__``): "No query function registered with name 'default'"
@@ -35,6 +47,31 @@ def lacks_handler(error: Error, message_type: str) -> bool:
     (``query``: a plain Flower ClientApp with only ``@app.train()`` and ``@app.evaluate()``), as
     Flower reports it: the ClientApp's ValueError, wrapped by the SuperNode or the simulation."""
     return _NO_HANDLER.format(message_type) in (error.reason or "")
+
+
+def app_component(name: str) -> str | None:
+    """The ``name`` component (``serverapp``, ``clientapp``) of the Flower app this process runs: the
+    ``[tool.flwr.app.components]`` table of the app's ``pyproject.toml``, in the folder that Flower
+    puts first on ``sys.path`` when it loads the app (``flwr.supercore.object_ref``) in the ServerApp's
+    process, of a simulation and of a deployment alike. None where no folder on ``sys.path`` holds a
+    Flower app's pyproject.toml."""
+    for entry in sys.path:
+        path = Path(entry or ".") / "pyproject.toml"
+        if not path.is_file():
+            continue
+        try:
+            components = tomllib.loads(path.read_text())["tool"]["flwr"]["app"]["components"]
+        except (OSError, KeyError, TypeError, tomllib.TOMLDecodeError):
+            continue
+        return components.get(name)
+    return None
+
+
+def answers(app: ClientApp, message_type: str) -> bool:
+    """Whether ``app`` has a function for messages of ``message_type`` (its default action): one
+    registered with ``@app.query()`` and the like (``ClientApp._registered_funcs``), or a legacy
+    ``client_fn`` (``ClientApp._call``), which takes every message type."""
+    return app._call is not None or f"{message_type}.default" in app._registered_funcs
 
 
 def engine_pickup() -> Callable:
@@ -89,6 +126,53 @@ def gitignore_matcher(gitignore: Path):
     from flwr.cli.utils import build_pathspec, load_gitignore_patterns
 
     return build_pathspec(load_gitignore_patterns(gitignore))
+
+
+def flwr_cli(files: dict[str, Path], root: Path) -> Callable[[list[str]], int]:
+    """Flower's CLI (``flwr.cli.app.app``, about 1 CPU s to import) with the app's FAB built now
+    from ``files`` (``flwr.cli.build.build_fab_from_files``; ``fedapp.launch.app_files``): `flwr run`
+    of ``root`` takes that FAB in place of building it from disk (``flwr.cli.run.run``'s
+    ``build_fab_from_disk``, replaced in this process). Returns the function that runs one command,
+    ``cli(["run", ...])``, as the ``flwr`` executable would (it raises SystemExit with its exit code)."""
+    import importlib
+
+    from flwr.cli.app import app
+    from flwr.cli.build import build_fab_from_files
+
+    run = importlib.import_module("flwr.cli.run.run")  # the module; flwr.cli.run.run is the command
+    fab, build = build_fab_from_files(files)[0], run.build_fab_from_disk
+    root = root.resolve()
+    run.build_fab_from_disk = lambda path: fab if Path(path).resolve() == root else build(path)
+
+    def cli(args: list[str]) -> int:
+        sys.argv = ["flwr", *args]
+        return app()
+
+    return cli
+
+
+def parse_config_args(args: list[str]) -> dict[str, Any]:
+    """``--run-config`` arguments (a TOML file, or ``KEY=VALUE`` pairs) as `flwr run` reads them, flat
+    keys (``flwr.common.config.parse_config_args``)."""
+    from flwr.common.config import parse_config_args as parse
+
+    return parse(args)
+
+
+def trim_mean(array: np.ndarray, fraction: float) -> np.ndarray:
+    """Flower's trimmed mean along axis 0, ``fraction`` cut at each end (FedTrimmedAvg's
+    ``flwr.serverapp.strategy.fedtrimmedavg.trim_mean``)."""
+    from flwr.serverapp.strategy.fedtrimmedavg import trim_mean as trimmed
+
+    return trimmed(array, fraction)
+
+
+def select_multikrum(contents: list[RecordDict], num_malicious: int, num_select: int) -> list[RecordDict]:
+    """The ``num_select`` replies Flower's Multi-Krum keeps, ``num_malicious`` assumed Byzantine
+    (``flwr.serverapp.strategy.multikrum.select_multikrum``)."""
+    from flwr.serverapp.strategy.multikrum import select_multikrum as select
+
+    return select(contents, num_malicious, num_select)
 
 
 def flatten_dict(values: dict[str, Any]) -> dict[str, Any]:

@@ -41,8 +41,8 @@ from contextlib import contextmanager
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Message, MessageType, MetricRecord
-from flwr.clientapp.typing import ClientAppCallable
 
+from fedapp.compat import ClientAppCallable
 from fedapp.config import RunConfig
 from fedapp.registry import parse_run_config
 

@@ -33,10 +33,9 @@ from uuid import uuid4
 import torch
 from flwr.app import Context, Error, Message, MessageType, RecordDict
 from flwr.clientapp import ClientApp
-from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.serverapp import Grid
 
-from fedapp.compat import decode, encode, set_task_identity, task_identity
+from fedapp.compat import SERVER_NODE_ID, decode, encode, set_task_identity, task_identity
 from fedapp.faults import Stalled, simulated_stalls
 
 
@@ -122,7 +121,7 @@ class InProcessGrid(Grid):
         self.contexts = {101 + i: Context(run_id, 101 + i, dict(c), RecordDict(), self.run_config)
                          for i, c in enumerate(configs)}
         # Messages take their run and source from the process's task identity, as in a ServerApp.
-        set_task_identity(1, run_id, SUPERLINK_NODE_ID)
+        set_task_identity(1, run_id, SERVER_NODE_ID)
         self._replies: dict[str, Message] = {}
         #: called with each reply as it is computed (the server spills large ones at once)
         self.on_reply: Callable[[Message], Message] | None = None
@@ -152,7 +151,7 @@ class InProcessGrid(Grid):
             method, app = start_method(self.client_app, self.run_config)
             self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context(method), initializer=_init_worker,
                                              initargs=(app, threads or max(1, cores() // self.workers),
-                                                       (task_identity()[0], self.run_id, SUPERLINK_NODE_ID)))
+                                                       (task_identity()[0], self.run_id, SERVER_NODE_ID)))
         return self._pool
 
     def close(self) -> None:

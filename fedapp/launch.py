@@ -169,14 +169,9 @@ class PrewarmedFlwr:
     FAB (``app_files``) while the launcher checks the run config and the SuperLink starts, then runs
     the one command it is given; closed before (a bad run config), it is stopped having run none."""
 
-    CODE = ("import json, sys\nfrom pathlib import Path\nfrom flwr.cli.app import app\n"
-            "from flwr.cli.build import build_fab_from_files\nimport importlib\n"
-            "run = importlib.import_module('flwr.cli.run.run')  # the module; flwr.cli.run.run is the command\n"
-            "from fedapp.launch import ROOT, app_files\n"
-            "fab, build = build_fab_from_files(app_files(ROOT))[0], run.build_fab_from_disk\n"
-            "run.build_fab_from_disk = lambda p: fab if Path(p).resolve() == ROOT else build(p)\n"
-            "line = sys.stdin.readline()\n"
-            "if line.strip():\n    sys.argv = ['flwr', *json.loads(line)]\n    sys.exit(app())\n")
+    CODE = ("import json, sys\nfrom fedapp.compat import flwr_cli\nfrom fedapp.launch import ROOT, app_files\n"
+            "cli = flwr_cli(app_files(ROOT), ROOT)\nline = sys.stdin.readline()\n"
+            "if line.strip():\n    sys.exit(cli(json.loads(line)))\n")
 
     def __init__(self, env: dict):
         self.proc = subprocess.Popen([sys.executable, "-c", self.CODE], env=env, cwd=ROOT, text=True,

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
-from flwr.common.constant import SType
+
+from fedapp.compat import NUMPY_STYPE
 
 Tensors = dict[str, torch.Tensor]
 Payload = dict[str, Tensors]
@@ -61,7 +62,7 @@ def array_numpy(a: Array) -> np.ndarray:
     """``a.numpy()`` without ``np.load``'s header parsing (a ``literal_eval`` per array, most of
     the decoding time of a small model): in a C-order .npy buffer the data is the last
     ``nbytes``. Copied, so the result is writable; other layouts take ``a.numpy()``."""
-    dtype = np.dtype(a.dtype) if a.stype == SType.NUMPY and a.data[:8] == b"\x93NUMPY\x01\x00" else None
+    dtype = np.dtype(a.dtype) if a.stype == NUMPY_STYPE and a.data[:8] == b"\x93NUMPY\x01\x00" else None
     if dtype is None or dtype.hasobject:
         return a.numpy()
     header = a.data[10:10 + int.from_bytes(a.data[8:10], "little")]

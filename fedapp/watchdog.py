@@ -33,7 +33,8 @@ from pathlib import Path
 
 from flwr.app import Context, Message
 from flwr.common.logger import log
-from flwr.clientapp.typing import ClientAppCallable
+
+from fedapp.compat import ClientAppCallable
 
 PROBE_INTERVAL = 2.0
 GRACE = 8.0

@@ -61,14 +61,14 @@ from simulations.tables import PAPERS  # noqa: E402
 
 def read(path: str | Path) -> dict[str, Any]:
     """A run-config file as ``flwr run --run-config FILE`` reads it (flat keys)."""
-    from flwr.common.config import parse_config_args
+    from fedapp.compat import parse_config_args
 
     return parse_config_args([str(path)])
 
 
 def overrides(pairs: list[str]) -> dict[str, Any]:
     """``KEY=VALUE`` pairs (TOML values) as ``flwr run --run-config "KEY=VALUE ..."`` reads them."""
-    from flwr.common.config import parse_config_args
+    from fedapp.compat import parse_config_args
 
     return parse_config_args([" ".join(pairs)]) if pairs else {}
 

@@ -30,9 +30,9 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
-from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
 
 from fedapp.aggregation import coordinate_wise, krum_select, weighted_mean
+from fedapp.compat import trim_mean
 from fedapp import registry
 from fedapp.config import COMMON_KEYS, ConfigError, Key, RunConfig
 from fedapp.registry import parse_run_config

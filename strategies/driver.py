@@ -11,6 +11,7 @@ the clients it knows (``clients``, filled here at discovery) and the rows (``his
 
 from __future__ import annotations
 
+import importlib
 import math
 import secrets
 import time
@@ -23,13 +24,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from flwr.app import ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
 from fedapp import pickup, sites
 from fedapp.aggregation import coordinate_wise
-from fedapp.compat import flower_grids, lacks_handler
+from fedapp.compat import answers, app_component, flower_grids, lacks_handler
 from fedapp.config import ConfigError, RunConfig
 from fedapp.records import (Payload, RecordStore, Tensors, array_numpy, content_bytes, make_content, payload_of,
                             to_record)
@@ -71,6 +73,23 @@ class ClientInfo:
 #: metric names of Flower's app templates (``flwr new``) -> fedapp's: a plain Flower ClientApp's
 #: replies are read as fedapp's clients' are
 FLOWER_METRICS = {"train_loss": "train-loss", "eval_loss": "loss", "eval_acc": "accuracy"}
+
+
+def app_is_plain() -> bool:
+    """Whether the Flower app this ServerApp runs in has a plain Flower ClientApp (one with no query
+    function), which every SuperNode of its runs loads from the app bundle, simulated or deployed.
+    Known so, its nodes are taken without the discovery query: a simulation's engine reports such a
+    query's failure as a ClientAppException, logging an ERROR with its traceback. fedapp's own
+    ClientApp, or one that cannot be imported here, is asked as usual."""
+    ref = app_component("clientapp")
+    if ref is None or ref.startswith("fedapp."):
+        return False
+    module, _, attr = ref.partition(":")
+    try:
+        app = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        return False
+    return isinstance(app, ClientApp) and not answers(app, MessageType.QUERY)
 
 
 def plain_strategies() -> list[str]:
@@ -163,6 +182,7 @@ class Driver:
         self.state_holders: set[int] = set()  # partition ids that reported committing client state
         self.state_lost: set[int] = set()  # partition ids that did not hold the state version asked for
         self.reported_lost: set[int] = set()
+        self.plain_app: bool | None = None  # app_is_plain(), found at the first discovery on Flower's grids
 
     @property
     def cfg(self) -> RunConfig:
@@ -182,7 +202,12 @@ class Driver:
             # a refused node is asked again once the node serving its partition is gone
             known |= {n for n, pid in self.refused.items() if pid < 0 or clients[pid].node_id in online}
             new = [n for n in online if n not in known]
-            if new:
+            if new and self.plain_app is None:
+                self.plain_app = isinstance(grid, flower_grids()) and app_is_plain()
+            if new and self.plain_app:
+                for node in new:
+                    self.plain_client(node)
+            elif new:
                 keys = {} if self.sites is None else {n.node_id: n.public_key for n in grid.get_nodes()}
                 msgs = [Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=n,
                                 message_type=MessageType.QUERY) for n in new]
@@ -241,9 +266,11 @@ class Driver:
         self.refused[node] = -1
 
     def sample(self, pool: list[int], fraction: float) -> list[int]:
-        """Seeded sample of ``fraction`` of ``pool`` (at least min-train-nodes), sorted."""
+        """Seeded sample of ``fraction`` of ``pool`` (at least min-train-nodes), sorted. Drawn as
+        positions in ``pool`` (the same draw as of the ids themselves): plain clients are keyed by
+        64-bit node ids, which NumPy turns into float64, losing digits, when some lie above 2**63."""
         n = sample_size(len(pool), fraction, self.cfg.min_train_nodes)
-        return sorted(int(p) for p in self.strategy.rng.choice(pool, size=n, replace=False))
+        return sorted(int(pool[i]) for i in self.strategy.rng.choice(len(pool), size=n, replace=False))
 
     # ---- messages --------------------------------------------------------------------
     def messages(self, contents: Mapping[int, RecordDict], message_type: str) -> list[Message]:

@@ -16,8 +16,8 @@ import time
 from common import BASE, load
 
 import torch
-from flwr.common.config import parse_config_args
 
+from fedapp.compat import parse_config_args
 from fedapp.inprocess import run_local
 
 
