@@ -53,8 +53,9 @@ class CausalLM(nn.Module):
     the token and position embeddings, the first layers and the final layer norm (their layer groups:
     a group opens at each ``k_proj.weight``, at the embeddings and at ``lm_head``, and the final layer
     norm, registered before the layers, joins the embeddings' group). OPT ties ``lm_head`` to the token
-    embedding: the two keys name one tensor, and as in their code the head's copy is loaded last, so the
-    shared matrix follows the head's averages.
+    embedding: the two keys name one tensor, which FedALS's split gives to the head alone (sent once a
+    round); in their code it travels in both groups and the head's copy is loaded last, so the shared
+    matrix follows the head's averages in both.
     """
 
     causal_lm = True
