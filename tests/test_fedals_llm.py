@@ -128,6 +128,32 @@ def test_adamw_state_and_schedule_persist_between_rounds(golden_data, optimizer)
     assert not torch.equal(twice["lm.lm_head.weight"], first["lm.lm_head.weight"])
 
 
+def test_opt_client_holds_one_model_copy_and_two_adamw_moments(golden_data):
+    """What a FedALS client of the OPT keeps between rounds (its state; the model is built afresh for each
+    message): its body once, without the tied embedding (the head's, received every round), AdamW's two
+    moments of each parameter (the tied matrix once) and the step counts, nothing else; on a body round
+    its reply is the whole model once (head and body, no buffers in an OPT): 2 x 2 + 1 scalars a parameter."""
+    tok, x, _ = golden_data
+    cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.llm:opt_tiny", "batch-size": 4, "local-steps": 2,
+                            "lr": 0.01, "optimizer": "adamw", "lr-schedule": "fedals-inverse", "fedals.alpha": 3})
+    model = tiny_model(len(tok))
+    strategy = FedALS(cfg, model)
+    data = ClientData(0, x[:4], torch.zeros(4, dtype=torch.long), x[:0], x[:0].long(), 3, (), (), False,
+                      vocab_size=len(tok))
+    client = FedALSClient(cfg, tiny_model(len(tok)), data, {})
+    reply, _ = client.fit(strategy.train_payload(0, 3), {**strategy.train_config(0, 3), "server-round": 3})
+
+    def numel(tensors):
+        return sum(v.numel() for v in tensors.values())
+    n = sum(p.numel() for p in model.parameters())
+    state = client.state
+    assert set(state) == {"body", "adamw.exp_avg", "adamw.exp_avg_sq", "adamw.step", "schedule"}
+    assert list(state["body"]) == strategy.body_keys and "lm.model.decoder.embed_tokens.weight" not in state["body"]
+    assert numel(state["body"]) + numel(reply["head"]) == numel(reply["body"]) + numel(reply["head"]) == n
+    assert numel(state["adamw.exp_avg"]) == numel(state["adamw.exp_avg_sq"]) == n
+    assert numel(state["adamw.step"]) == len(list(model.parameters())) and numel(state["schedule"]) == 1
+
+
 def drive(alpha: int, rounds: int, golden_data, *, first_one_step: bool, tau: int = 2):
     """The FedALS strategy and 5 FedALS clients of the golden setting, round by round (server round
     r + alpha, so round 0 is a body round). ``first_one_step``: round 0 is one step, as the authors'
