@@ -20,7 +20,7 @@ from conftest import SHARED_DATA  # noqa: E402
 from fedapp.config import ConfigError, parse_run_config  # noqa: E402
 from fedapp.experiment import ClientData  # noqa: E402
 from fedapp.inprocess import InProcessGrid, run_local  # noqa: E402
-from fedapp.llm import CausalLM, encode, opt125m_random, opt_tiny, prompt, word_tokenizer  # noqa: E402
+from fedapp.llm import CausalLM, encode, opt125m_random_rows, opt_tiny, prompt, word_tokenizer  # noqa: E402
 from fedapp.training import evaluate_lm, step_lr  # noqa: E402
 from simulations.fedals.authors_golden import summary  # noqa: E402
 from simulations.fedals.authors_golden_llm import CHECKPOINTS, SETTING, golden_prompts, initial_state  # noqa: E402
@@ -221,8 +221,9 @@ def test_table2_parameters_per_client_opt125m(alpha, billions, authors_billions)
     full-width model on the meta device (no memory); the per-round traffic of this split is what the
     strategy's records carry (test_fedavg_and_fedals_run_on_shakespeare_pairs_and_resume counts it on a run)."""
     with torch.device("meta"):
-        model = opt125m_random((128,), 10, vocab_size=50272, seq_len=128)  # OPT-125M's embedding rows
-    cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.llm:opt125m_random"})
+        model = opt125m_random_rows((128,), 10, vocab_size=4414, seq_len=128)  # OPT-125M's 50,272 rows
+    assert model.pad_id == model.lm.config.pad_token_id == 4413
+    cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.llm:opt125m_random_rows"})
     body, head = FedALS.body_head(cfg, model)
     sd = model.state_dict()
     assert sum(p.numel() for p in model.parameters()) == 125_239_296  # OPT-125M's 50,272 x 768 embedding, tied
