@@ -28,6 +28,16 @@ def fedals_layer_groups(model: torch.nn.Module, grouping: str = "layers") -> lis
 
 
 def split_model(model: torch.nn.Module, body_layers: int, grouping: str) -> tuple[list[str], list[str]]:
+    """(body, head) state_dict keys of ``split_layers``; a tensor the head shares with the body (tied
+    weights: OPT's token embedding is its ``lm_head``) is the head's alone, so it is averaged and sent
+    once a round, with the head, and the model loading the head gets it in both places."""
+    body, head = split_layers(model, body_layers, grouping)
+    tensors = model.state_dict(keep_vars=True)
+    shared = {id(tensors[k]) for k in head}
+    return [k for k in body if id(tensors[k]) not in shared], head
+
+
+def split_layers(model: torch.nn.Module, body_layers: int, grouping: str) -> tuple[list[str], list[str]]:
     """(body, head) state_dict keys: the first ``body_layers`` (``fedals.body-layers``) groups of
     ``grouping`` (``fedals.layer-groups``) are the body. 0 is the paper's default (Table 4): the body
     is the convolutional layers and the head the final dense layers (LeNet: conv1, conv2 | fc1, fc2,

@@ -26,6 +26,7 @@ from torch import nn
 OPT_ID = "facebook/opt-125m"  # the authors load opt-1.3b (8-bit) and opt-6.7b's tokenizer; the paper: OPT-125M
 MNLI_ID = "nyu-mll/multi_nli"  # "multi_nli" in the authors' code (the hub's older name)
 SEQ_LEN = 128  # the authors' tokenizer max_length
+OPT_ROWS = 50_272  # OPT-125M's embedding rows (its tokenizer's 50,265 tokens, padded to a multiple of 8)
 HEAD_LAYERS = 2  # Table 5: the body is the first 10 of OPT-125M's 12 decoder layers, the head the last 2
 EVAL_BATCH = 32  # the authors' test loader: Table 1's test loss is a mean over batches of 32
 #: the authors' genre ids (form_training_prompts); MultiNLI's train split holds the first five
@@ -53,8 +54,9 @@ class CausalLM(nn.Module):
     the token and position embeddings, the first layers and the final layer norm (their layer groups:
     a group opens at each ``k_proj.weight``, at the embeddings and at ``lm_head``, and the final layer
     norm, registered before the layers, joins the embeddings' group). OPT ties ``lm_head`` to the token
-    embedding: the two keys name one tensor, and as in their code the head's copy is loaded last, so the
-    shared matrix follows the head's averages.
+    embedding: the two keys name one tensor, which FedALS's split gives to the head alone (sent once a
+    round); in their code it travels in both groups and the head's copy is loaded last, so the shared
+    matrix follows the head's averages in both.
     """
 
     causal_lm = True
@@ -89,30 +91,36 @@ class CausalLM(nn.Module):
         return self.lm_scores(ids)[0]
 
 
-def opt_config(hidden: int, vocab_size: int, seq_len: int, layers: int = 12):
+def opt_config(hidden: int, vocab_size: int, seq_len: int, layers: int = 12, rows: int | None = None):
     """An OPT of ``layers`` decoder layers and width ``hidden`` (OPT-125M: 768, 12 heads of 64), without
-    dropout: the authors train the model ``from_pretrained`` returns, which is in eval mode."""
+    dropout: the authors train the model ``from_pretrained`` returns, which is in eval mode. Its embedding
+    has ``rows`` rows (default: the data's ``vocab_size``), [PAD] being the data's last id."""
     from transformers import OPTConfig
 
-    return OPTConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers, ffn_dim=4 * hidden,
+    return OPTConfig(vocab_size=rows or vocab_size, hidden_size=hidden, num_hidden_layers=layers, ffn_dim=4 * hidden,
                      num_attention_heads=max(1, hidden // 64), max_position_embeddings=max(seq_len, 2048),
                      word_embed_proj_dim=hidden, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
                      pad_token_id=vocab_size - 1)
 
 
-def random_opt(hidden: int):
-    """A factory of a randomly initialised 12-layer OPT of width ``hidden`` for ``model = "<module>:<callable>"``."""
+def random_opt(hidden: int, rows: int | None = None):
+    """A factory of a randomly initialised 12-layer OPT of width ``hidden`` for ``model = "<module>:<callable>"``,
+    its embedding ``rows`` long (default: the data's vocabulary)."""
     def build(input_shape, num_classes, vocab_size=None, seq_len=None):
         from transformers import OPTForCausalLM
 
         if vocab_size is None:
             raise ValueError("an OPT reads token ids: pick a text dataset (mnli, shakespeare-pairs)")
-        return CausalLM(OPTForCausalLM(opt_config(hidden, vocab_size, seq_len or SEQ_LEN)), vocab_size - 1)
-    build.__doc__ = f"A random-weight 12-layer OPT of width {hidden} (vocabulary and [PAD] from the data)."
+        if rows is not None and vocab_size > rows:
+            raise ValueError(f"this OPT takes token ids below {rows}; the data's vocabulary is {vocab_size}")
+        return CausalLM(OPTForCausalLM(opt_config(hidden, vocab_size, seq_len or SEQ_LEN, rows=rows)), vocab_size - 1)
+    size = f"{rows:,} embedding rows" if rows else "vocabulary from the data"
+    build.__doc__ = f"A random-weight 12-layer OPT of width {hidden} ({size}, [PAD] the data's last id)."
     return build
 
 
 opt125m_random = random_opt(768)  # OPT-125M's shape with random weights (memory and speed checks)
+opt125m_random_rows = random_opt(768, OPT_ROWS)  # and its 50,272-row embedding, for any smaller vocabulary
 opt_small = random_opt(32)  # the CPU run's OPT
 opt_tiny = random_opt(16)  # the tests' OPT
 

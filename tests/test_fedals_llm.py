@@ -21,7 +21,7 @@ from fedapp.config import ConfigError  # noqa: E402
 from fedapp.registry import parse_run_config  # noqa: E402
 from fedapp.experiment import ClientData  # noqa: E402
 from fedapp.inprocess import InProcessGrid, run_local  # noqa: E402
-from fedapp.llm import CausalLM, encode, opt125m_random, opt_tiny, prompt, word_tokenizer  # noqa: E402
+from fedapp.llm import CausalLM, encode, opt125m_random_rows, opt_tiny, prompt, word_tokenizer  # noqa: E402
 from fedapp.training import evaluate_lm, step_lr  # noqa: E402
 from simulations.fedals.authors_golden import summary  # noqa: E402
 from simulations.fedals.authors_golden_llm import CHECKPOINTS, SETTING, golden_prompts, initial_state  # noqa: E402
@@ -62,7 +62,9 @@ def test_opt_cut_is_the_authors_body_and_head():
     """Table 5's cut as the authors' code makes it: their 14 groups (embeddings with the final layer norm,
     12 decoder layers, lm_head); L = 11 of them are the body (10 decoder layers), the rest the head.
     fedals.body-layers = 0 takes the model's declared head; an OPT without the declaration is refused
-    with one line naming 'head-modules'."""
+    with one line naming 'head-modules'. Their body group also holds the token embedding, which OPT ties
+    to lm_head: ours gives that one tensor to the head alone (their loop loads lm_head last, so it follows
+    the head's average there too), and it travels once a round."""
     from transformers import OPTForCausalLM
 
     from fedapp.llm import opt_config
@@ -72,7 +74,9 @@ def test_opt_cut_is_the_authors_body_and_head():
     body, head = FedALS.body_head(cfg, model)
     groups = authors_groups(list(model.state_dict()))
     assert len(groups) == 14 and groups[0][-1] == "lm.model.decoder.final_layer_norm.bias"
-    assert body == [k for g in groups[:11] for k in g] and head == [k for g in groups[11:] for k in g]
+    tied = "lm.model.decoder.embed_tokens.weight"
+    assert model.lm.lm_head.weight is model.lm.model.decoder.embed_tokens.weight
+    assert body == [k for g in groups[:11] for k in g if k != tied] and head == [k for g in groups[11:] for k in g]
     assert head[0] == "lm.model.decoder.layers.10.self_attn.k_proj.weight" and head[-1] == "lm.lm_head.weight"
     bare = OPTForCausalLM(opt_config(16, 50, 128))
     with pytest.raises(ConfigError, match=r"^run config 'head-modules' = '' is invalid for fedals: OPTForCausalLM "
@@ -125,6 +129,32 @@ def test_adamw_state_and_schedule_persist_between_rounds(golden_data, optimizer)
     assert not torch.equal(twice["lm.lm_head.weight"], first["lm.lm_head.weight"])
 
 
+def test_opt_client_holds_one_model_copy_and_two_adamw_moments(golden_data):
+    """What a FedALS client of the OPT keeps between rounds (its state; the model is built afresh for each
+    message): its body once, without the tied embedding (the head's, received every round), AdamW's two
+    moments of each parameter (the tied matrix once) and the step counts, nothing else; on a body round
+    its reply is the whole model once (head and body, no buffers in an OPT): 2 x 2 + 1 scalars a parameter."""
+    tok, x, _ = golden_data
+    cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.llm:opt_tiny", "batch-size": 4, "local-steps": 2,
+                            "lr": 0.01, "optimizer": "adamw", "lr-schedule": "fedals-inverse", "fedals.alpha": 3})
+    model = tiny_model(len(tok))
+    strategy = FedALS(cfg, model)
+    data = ClientData(0, x[:4], torch.zeros(4, dtype=torch.long), x[:0], x[:0].long(), 3, (), (), False,
+                      vocab_size=len(tok))
+    client = FedALSClient(cfg, tiny_model(len(tok)), data, {})
+    reply, _ = client.fit(strategy.train_payload(0, 3), {**strategy.train_config(0, 3), "server-round": 3})
+
+    def numel(tensors):
+        return sum(v.numel() for v in tensors.values())
+    n = sum(p.numel() for p in model.parameters())
+    state = client.state
+    assert set(state) == {"body", "adamw.exp_avg", "adamw.exp_avg_sq", "adamw.step", "schedule"}
+    assert list(state["body"]) == strategy.body_keys and "lm.model.decoder.embed_tokens.weight" not in state["body"]
+    assert numel(state["body"]) + numel(reply["head"]) == numel(reply["body"]) + numel(reply["head"]) == n
+    assert numel(state["adamw.exp_avg"]) == numel(state["adamw.exp_avg_sq"]) == n
+    assert numel(state["adamw.step"]) == len(list(model.parameters())) and numel(state["schedule"]) == 1
+
+
 def drive(alpha: int, rounds: int, golden_data, *, first_one_step: bool, tau: int = 2):
     """The FedALS strategy and 5 FedALS clients of the golden setting, round by round (server round
     r + alpha, so round 0 is a body round). ``first_one_step``: round 0 is one step, as the authors'
@@ -173,8 +203,7 @@ def test_fedals_averages_the_opt_body_every_alpha_tau_steps(golden_data):
             server_round = rnd + alpha
             for key in strategy.head_keys + ["lm.model.decoder.embed_tokens.weight"]:
                 assert all(torch.equal(o[key], own[0][key]) for o in own[1:]), (alpha, rnd, key)
-            body = [k for k in strategy.body_keys if k != "lm.model.decoder.embed_tokens.weight"]
-            same = [all(torch.equal(o[k], own[0][k]) for o in own[1:]) for k in body]
+            same = [all(torch.equal(o[k], own[0][k]) for o in own[1:]) for k in strategy.body_keys]
             # between body rounds the bodies differ (the attention's key biases get no gradient: a softmax
             # ignores a shift common to all keys, so those stay equal)
             assert all(same) if server_round % alpha == 0 else not all(same), (alpha, rnd)
@@ -182,25 +211,32 @@ def test_fedals_averages_the_opt_body_every_alpha_tau_steps(golden_data):
                 assert strategy.body_round == server_round
 
 
-@pytest.mark.parametrize("alpha,billions", [(1, 1310.786), (10, 511.128)])
-def test_table2_parameters_per_client_opt125m(alpha, billions):
+@pytest.mark.parametrize("alpha,billions,authors_billions", [(1, 1001.914, 1310.786), (10, 480.241, 511.128)])
+def test_table2_parameters_per_client_opt125m(alpha, billions, authors_billions):
     """Table 2's count for the OPT-125M cut: parameters a client receives plus sends in 2x10^4
     iterations (tau = 5: 4000 rounds), the head every round and the body every alpha rounds, both ways.
-    What the records carry: every state entry of the part, so OPT's tied token embedding travels as
-    the head's lm_head every round and again as the body's embed_tokens (38.6M entries each). The split
-    comes from the full-width model on the meta device (no memory); the per-round traffic of this
-    split is what the strategy's records carry (test_fedals_llm_runs_and_resumes counts it on a run)."""
+    Asserted: the count of what our records carry, every state entry of the part, OPT's tied token
+    embedding (50,272 x 768 = 38.6M entries) once, as the head's lm_head (alpha = 1 is then FedAvg's
+    125,239,296 parameters a round each way); and beside it the count with that tensor also in the body,
+    as the authors' layer groups send it (their embed_tokens and lm_head). The split comes from the
+    full-width model on the meta device (no memory); the per-round traffic of this split is what the
+    strategy's records carry (test_fedavg_and_fedals_run_on_shakespeare_pairs_and_resume counts it on a run)."""
     with torch.device("meta"):
-        model = opt125m_random((128,), 10, vocab_size=50272, seq_len=128)  # OPT-125M's embedding rows
-    cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.llm:opt125m_random"})
+        model = opt125m_random_rows((128,), 10, vocab_size=4414, seq_len=128)  # OPT-125M's 50,272 rows
+    assert model.pad_id == model.lm.config.pad_token_id == 4413
+    cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.llm:opt125m_random_rows"})
     body, head = FedALS.body_head(cfg, model)
     sd = model.state_dict()
     assert sum(p.numel() for p in model.parameters()) == 125_239_296  # OPT-125M's 50,272 x 768 embedding, tied
     n_body, n_head = (sum(sd[k].numel() for k in part) for part in (body, head))
-    assert (n_body, n_head) == (111_063_552, 52_784_640)
+    tied = sd["lm.model.decoder.embed_tokens.weight"].numel()
+    assert (n_body, n_head, tied) == (72_454_656, 52_784_640, 38_608_896)
+    assert n_body + n_head == sum(p.numel() for p in model.parameters())
     rounds = 20_000 // 5
-    total = 2 * rounds * n_head + 2 * (rounds // alpha) * n_body
-    assert round(total / 1e9, 3) == billions
+
+    def count(body):
+        return round((2 * rounds * n_head + 2 * (rounds // alpha) * body) / 1e9, 3)
+    assert (count(n_body), count(n_body + tied)) == (billions, authors_billions)
 
 
 @needs_plays
