@@ -29,13 +29,13 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
-from fedapp import pickup, sites
-from fedapp.aggregation import coordinate_wise
-from fedapp.compat import answers, app_component, flower_grids, lacks_handler
-from fedapp.config import ConfigError, RunConfig
-from fedapp.records import (Payload, RecordStore, Tensors, array_numpy, content_bytes, make_content, payload_of,
-                            to_record)
-from fedapp.spill import SpilledContent, spill
+from fedapp.core import pickup, sites
+from fedapp.core.aggregation import coordinate_wise
+from fedapp.core.compat import answers, app_component, flower_grids, lacks_handler
+from fedapp.core.config import ConfigError, RunConfig
+from fedapp.core.records import (Payload, RecordStore, Tensors, array_numpy, content_bytes, make_content, payload_of,
+                                 to_record)
+from fedapp.core.spill import SpilledContent, spill
 
 if TYPE_CHECKING:
     from strategies.base import FedStrategy
@@ -94,7 +94,7 @@ def app_is_plain() -> bool:
 
 def plain_strategies() -> list[str]:
     """The registered strategies that take plain Flower ClientApps (``FedStrategy.plain_clients``)."""
-    from fedapp.registry import algorithms
+    from fedapp.runtime.registry import algorithms
 
     return [name for name, spec in algorithms().items() if spec.strategy.plain_clients()]
 
@@ -125,8 +125,8 @@ def send_and_receive(grid: Grid, msgs: list[Message], timeout: float | None,
     exchange up to a multiple of that. The wait doubles from 10 ms to ``PULL_WAIT`` (20 ms in a
     simulation, where PeFLL's three exchanges a step would each wait up to 0.1 s more; 0.1 s
     over HTTP), so a reply is seen at most that late; in a simulation Flower's engine is woken to
-    take the messages at once (``fedapp.pickup``). Each reply goes through ``arrived`` as it
-    arrives (fedapp.inprocess's grid calls it as it computes the reply)."""
+    take the messages at once (``fedapp.core.pickup``). Each reply goes through ``arrived`` as it
+    arrives (fedapp.runtime.inprocess's grid calls it as it computes the reply)."""
     arrived = arrived or (lambda msg: msg)
     http, memory = flower_grids()
     if not isinstance(grid, (http, memory)):  # InProcessGrid answers without sleeping
@@ -167,7 +167,7 @@ class Driver:
         #: node id -> the partition id it claimed that another node serves (-1: a plain Flower
         #: ClientApp the strategy cannot use)
         self.refused: dict[int, int] = {}
-        #: the ``site-keys`` table (key fingerprint -> site; fedapp.sites), set by the ServerApp in a
+        #: the ``site-keys`` table (key fingerprint -> site; fedapp.core.sites), set by the ServerApp in a
         #: deployment that binds partitions to SuperNode keys; None: the first node to claim a partition serves it
         self.sites: dict[str, sites.Site] | None = None
         self.unbound: dict[int, str] = {}  # node id -> why its key may not serve the partition it claims
@@ -224,7 +224,7 @@ class Driver:
                         raise ConfigError(
                             f"the federation has {int(m['num-partitions'])} simulated SuperNodes but run config "
                             f"'num-clients' = {self.cfg.num_clients}: make them equal (options.num-supernodes "
-                            "in $FLWR_HOME/config.toml, or python -m fedapp.launch, which sets it)")
+                            "in $FLWR_HOME/config.toml, or python -m fedapp.runtime.launch, which sets it)")
                     pid, node = int(m["partition-id"]), msg.metadata.src_node_id
                     if self.sites is not None and (why := sites.refusal(self.sites, node, keys.get(node), pid)):
                         if self.unbound.get(node) != why:
@@ -275,7 +275,7 @@ class Driver:
     # ---- messages --------------------------------------------------------------------
     def messages(self, contents: Mapping[int, RecordDict], message_type: str) -> list[Message]:
         """One message per partition id; each config names the run and the client state version to
-        start from and to keep (``state-round``, ``state-keep``: fedapp.client_app), and carries a
+        start from and to keep (``state-round``, ``state-keep``: fedapp.runtime.client_app), and carries a
         fresh random ``reply-nonce`` that the reply must echo (:meth:`parse_replies`)."""
         strategy = self.strategy
         self.nonces = {pid: secrets.randbits(52) for pid in contents}  # exact as a float metric too
@@ -402,7 +402,7 @@ class Driver:
             valid[pid] = Reply(pid, payload_of(content) if spilled is None else spilled.payload(), metrics)
         out = [valid[pid] for pid in sorted(valid)]
         out = self.robust(out) if any(s is not None for s in expected.values()) else out
-        for r in out:  # the state versions the server's state now builds on (fedapp.client_app)
+        for r in out:  # the state versions the server's state now builds on (fedapp.runtime.client_app)
             if "state-round" in r.metrics:
                 self.strategy.state_rounds[r.pid] = int(r.metrics["state-round"])
                 self.state_holders.add(r.pid)

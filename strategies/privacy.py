@@ -40,7 +40,7 @@ from flwr.serverapp.strategy import (DifferentialPrivacyClientSideAdaptiveClippi
                                      DifferentialPrivacyServerSideAdaptiveClipping,
                                      DifferentialPrivacyServerSideFixedClipping, Strategy)
 
-from fedapp.config import RunConfig
+from fedapp.core.config import RunConfig
 from strategies.driver import sample_size
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ def refusal(strategy: str) -> str:
 
 def planned_sample(cfg: RunConfig) -> int:
     """Clients a round samples when every training client is connected (the preflight's n)."""
-    from fedapp.data import split_seen_unseen
+    from fedapp.core.data import split_seen_unseen
 
     seen = split_seen_unseen(cfg.num_clients, cfg.unseen_fraction, cfg.seed)[0]
     return sample_size(len(seen), cfg.fraction_train, cfg.min_train_nodes)
@@ -246,7 +246,7 @@ def dp_mod(msg: Message, context: Context, call_next) -> Message:
     """Flower mod of fedapp's ClientApp: Flower's clipping mod of the run's client-side ``dp`` on
     training messages (it clips the reply's update to the norm the wrapper sent), the reply marked
     ``dp-clipped``; otherwise, and for every run without client-side dp, it passes the message
-    through untouched. A ClientApp of one's own (``fedapp.library``) lists it in its mods."""
+    through untouched. A ClientApp of one's own (``fedapp.runtime.library``) lists it in its mods."""
     if msg.metadata.message_type.split(".")[0] != MessageType.TRAIN:
         return call_next(msg, context)
     mod = CLIENT_MODS.get(str(context.run_config.get("dp", "none")))  # the ServerApp validated it

@@ -84,15 +84,15 @@ def test_no_fedapp_module_in_an_import_circle_type_only_imports_counted():
 
 
 def test_run_config_core_imports_no_algorithm_and_no_app():
-    """fedapp.config, and all it imports (type-only and deferred imports included), reaches no
+    """fedapp.core.config, and all it imports (type-only and deferred imports included), reaches no
     strategy, client, registry or app: the registry adds the algorithms' keys from above."""
-    graph, seen, todo = import_graph(type_only=True), set(), ["fedapp.config"]
+    graph, seen, todo = import_graph(type_only=True), set(), ["fedapp.core.config"]
     while todo:
         name = todo.pop()
         if name not in seen:
             seen.add(name)
             todo += graph[name]
-    above = {"fedapp.registry", "fedapp.server_app", "fedapp.client_app", "fedapp.inprocess", "fedapp.launch"}
+    above = {"fedapp.runtime.registry", "fedapp.runtime.server_app", "fedapp.runtime.client_app", "fedapp.runtime.inprocess", "fedapp.runtime.launch"}
     assert sorted(m for m in seen if m.split(".")[0] in ("strategies", "clients") or m in above) == []
 
 

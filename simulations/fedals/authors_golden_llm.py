@@ -85,7 +85,7 @@ def main(repo: str, out_path: str) -> None:
     sys.modules["bitsandbytes.optim"].Adam8bit = None
     sys.path.insert(0, repo)
     import DSGDAlg
-    from fedapp.llm import opt_config, prompt, word_tokenizer
+    from fedapp.core.llm import opt_config, prompt, word_tokenizer
     from NetworkClass import Network
     from NodeClass import Node
 
