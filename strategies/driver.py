@@ -19,11 +19,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from logging import INFO, WARNING
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import torch
-from flwr.app import ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.logger import log
 from flwr.serverapp import Grid
@@ -36,9 +37,6 @@ from fedapp.core.config import ConfigError, RunConfig
 from fedapp.core.records import (Payload, RecordStore, Tensors, array_numpy, content_bytes, make_content, payload_of,
                                  to_record)
 from fedapp.core.spill import SpilledContent, spill
-
-if TYPE_CHECKING:
-    from strategies.base import FedStrategy
 
 
 Spec = dict[str, dict[str, tuple[tuple[int, ...], torch.dtype]]]
@@ -159,10 +157,38 @@ def sample_size(pool: int, fraction: float, min_nodes: int) -> int:
     return min(pool, max(min_nodes, int(round(fraction * pool))))
 
 
-class Driver:
-    """Runs one strategy's rounds; ``strategy`` supplies the hooks (``FedStrategy``)."""
+class RoundHooks(Protocol):
+    """What the driver reads and calls on the strategy it runs (``strategies.base.FedStrategy``
+    implements it): the settings and run state it keeps, and the round's hooks. Declared here so the
+    driver needs no import of the strategy's class."""
 
-    def __init__(self, strategy: FedStrategy):
+    cfg: RunConfig
+    rng: np.random.Generator
+    clients: dict[int, ClientInfo]  # discovered clients by partition id
+    unseen: frozenset[int]  # partition ids held out as new clients
+    history: list[dict[str, Any]]  # one row per round
+    totals: Counter  # traffic since round 1
+    base_config: dict[str, dict[str, Any]]  # the config sent with every "train" / "evaluate" message
+    run_key: str
+    state_rounds: dict[int, int]  # partition id -> the round of the client state it holds
+    kept_state_rounds: dict[int, int]
+    results_path: Path | None
+
+    def plain_clients(self) -> bool: ...
+    def client_need(self) -> str: ...
+    def train_pool(self) -> list[int]: ...
+    def global_arrays(self) -> ArrayRecord | None: ...
+    def reference(self, pid: int, name: str) -> Tensors | None: ...
+    def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]: ...
+    def evaluate_round(self, server_round: int, grid: Grid) -> dict[str, float]: ...
+    def evaluate_central(self) -> dict[str, float]: ...
+    def summary(self) -> None: ...
+
+
+class Driver:
+    """Runs one strategy's rounds; ``strategy`` supplies the hooks (``RoundHooks``)."""
+
+    def __init__(self, strategy: RoundHooks):
         self.strategy = strategy
         #: node id -> the partition id it claimed that another node serves (-1: a plain Flower
         #: ClientApp the strategy cannot use)
