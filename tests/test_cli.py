@@ -127,8 +127,8 @@ def test_launcher_exit_status_follows_the_runs_final_status(monkeypatch, capsys,
     import fedapp.runtime.launch
 
     monkeypatch.setattr(fedapp.runtime.launch.signal, "signal", lambda *a: None)  # keep pytest's handlers
-    monkeypatch.setattr(fedapp.runtime.launch, "launch", lambda *a, **kw: {"run-id": "7", "status": status, "elapsed": 1.0,
-                                                                     "results": "results/r"})
+    monkeypatch.setattr(fedapp.runtime.launch, "launch",
+                        lambda *a, **kw: {"run-id": "7", "status": status, "elapsed": 1.0, "results": "results/r"})
     with pytest.raises(SystemExit) as done:
         fedapp.runtime.launch.main([])
     assert done.value.code == code

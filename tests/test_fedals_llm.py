@@ -133,7 +133,8 @@ def drive(alpha: int, rounds: int, golden_data, *, first_one_step: bool, tau: in
     body between body averages; OPT's tied token embedding follows the head's lm_head)."""
     tok, x, _ = golden_data
     n, per = SETTING["nodes"], SETTING["per_node"]
-    cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.core.llm:opt_tiny", "num-clients": n, "batch-size": per,
+    cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.core.llm:opt_tiny", "num-clients": n,
+                            "batch-size": per,
                             "local-steps": tau, "lr": 2.0 ** -SETTING["lr_exp"], "optimizer": "adamw-authors",
                             "adam-eps": 1e-6, "weight-decay": 0.0, "lr-schedule": "fedals-inverse",
                             "fedals.alpha": alpha})

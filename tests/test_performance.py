@@ -122,7 +122,8 @@ def test_ray_workers_keep_the_priority_of_the_run_and_none_idle_is_prestarted(mo
 def test_a_client_process_does_not_load_the_superlink():
     """What a Ray worker loads for a message (the ClientApp, the run config with every algorithm's
     keys, the algorithm's client) leaves out flwr.superlink, which only a server needs."""
-    code = ("import sys, fedapp.runtime.client_app\nfrom fedapp.runtime import registry\nfrom fedapp.runtime.registry import parse_run_config\n"
+    code = ("import sys, fedapp.runtime.client_app\nfrom fedapp.runtime import registry\n"
+            "from fedapp.runtime.registry import parse_run_config\n"
             "registry.get(parse_run_config({'strategy': 'pefll', 'model': 'lenet'}).strategy)\n"
             "print(sorted(m for m in sys.modules if m.startswith('flwr.superlink')))")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -251,13 +252,14 @@ def test_a_client_process_leaves_the_partitioners_and_their_packages_out(small_c
             "cfg = parse_run_config(json.loads(sys.argv[1]))\n"
             "data = [ca.cached_client_data(cfg, pid, None) for pid in range(cfg.num_clients)]\n"
             "print(json.dumps([[int(x) for x in d.train_y] for d in data]))\n"
-            "print(sorted(m for m in ('datasets', 'flwr_datasets', 'pandas', 'matplotlib', 'fedapp.core.data.partitioners')"
-            " if m in sys.modules))")
+            "print(sorted(m for m in ('datasets', 'flwr_datasets', 'pandas', 'matplotlib',"
+            " 'fedapp.core.data.partitioners') if m in sys.modules))")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FEDAPP_CACHE": str(tmp_path / "cache")}
     cfg = json.dumps({**small_config, "partition": "dirichlet", "partition-alpha": 0.5})
     first = subprocess.run([sys.executable, "-c", code, cfg], env=env, capture_output=True, text=True, check=True)
     again = subprocess.run([sys.executable, "-c", code, cfg], env=env, capture_output=True, text=True, check=True)
-    assert first.stdout.split("\n")[-2] == "['datasets', 'fedapp.core.data.partitioners', 'flwr_datasets', 'matplotlib', 'pandas']"
+    assert first.stdout.split("\n")[-2] == ("['datasets', 'fedapp.core.data.partitioners', 'flwr_datasets', "
+                                           "'matplotlib', 'pandas']")
     assert again.stdout.split("\n")[-2] == "[]"
     assert again.stdout.split("\n")[-3] == first.stdout.split("\n")[-3]
 

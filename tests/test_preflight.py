@@ -124,8 +124,8 @@ def _command_lines() -> list[str]:
 
 def test_launcher_names_a_config_error_in_one_line_within_seconds(tmp_path, floor):
     t0 = time.time()
-    out = subprocess.run([sys.executable, "-m", "fedapp.runtime.launch", "--flwr-home", str(tmp_path / "h"), "--run-config",
-                          "partition='pathological' partition-classes=11"],
+    out = subprocess.run([sys.executable, "-m", "fedapp.runtime.launch", "--flwr-home", str(tmp_path / "h"),
+                          "--run-config", "partition='pathological' partition-classes=11"],
                          cwd=ROOT, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
     elapsed = time.time() - t0
     assert out.returncode == 2

@@ -186,7 +186,8 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("round-timeout", float, 600.0, "Seconds to wait for replies in one exchange.", low=0.0, low_open=True),
     Key("node-wait-timeout", float, 120.0, "Seconds to wait for num-clients nodes to connect.", low=0.0),
     Key("site-keys", str, "", "Deployment: TOML table on the SuperLink's machine binding each SuperNode public key "
-        "to its partition-id and site name (fedapp/core/sites.py); '' none: the first node to claim a partition serves it."),
+        "to its partition-id and site name (fedapp/core/sites.py); '' none: the first node to claim a partition "
+        "serves it."),
     Key("results-dir", str, "results", "Where each run writes its folder of results (absolute for deployments)."),
     Key("run-name", str, "", "Name of the run's results folder; '' makes strategy-dataset-timestamp."),
     Key("tensorboard", bool, False, "Also log every round's metrics for TensorBoard under the run folder's "

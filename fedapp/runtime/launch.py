@@ -169,7 +169,8 @@ class PrewarmedFlwr:
     FAB (``app_files``) while the launcher checks the run config and the SuperLink starts, then runs
     the one command it is given; closed before (a bad run config), it is stopped having run none."""
 
-    CODE = ("import json, sys\nfrom fedapp.core.compat import flwr_cli\nfrom fedapp.runtime.launch import ROOT, app_files\n"
+    CODE = ("import json, sys\nfrom fedapp.core.compat import flwr_cli\n"
+            "from fedapp.runtime.launch import ROOT, app_files\n"
             "cli = flwr_cli(app_files(ROOT), ROOT)\nline = sys.stdin.readline()\n"
             "if line.strip():\n    sys.exit(cli(json.loads(line)))\n")
 

@@ -140,7 +140,8 @@ def floor_rounds(cfg: dict, plan: list[list[int]], procs: int, threads: int) -> 
 
 # ---- the app ---------------------------------------------------------------------------------------
 def inprocess_rounds(cfg: dict, rounds: int, workers: int, threads: int) -> list[float]:
-    """Training seconds of rounds 2.. through fedapp.runtime.inprocess, ``workers`` processes x ``threads`` torch threads."""
+    """Training seconds of rounds 2.. through fedapp.runtime.inprocess, ``workers`` processes x
+    ``threads`` torch threads."""
     from fedapp.runtime.inprocess import run_local
 
     with tempfile.TemporaryDirectory(prefix="fedapp-overhead-") as tmp:
