@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import torch
 
-from fedapp.config import ConfigError, RunConfig
-from fedapp.data import BatchLoader
-from fedapp.experiment import ClientData
-from fedapp.records import Payload, Tensors
-from fedapp.training import CHANNELS_LAST, evaluate, make_optimizer, step_lr, task_loss
+from fedapp.core.config import ConfigError, RunConfig
+from fedapp.core.data import BatchLoader
+from fedapp.core.experiment import ClientData
+from fedapp.core.records import Payload, Tensors
+from fedapp.core.training import CHANNELS_LAST, evaluate, make_optimizer, step_lr, task_loss
 
 
 def saved_or_zeros(saved: Tensors | None, like: Tensors, device: torch.device) -> Tensors:

@@ -6,8 +6,8 @@ import torch
 
 from clients.base import FedClient
 from clients.scaffold import ControlVariates, option_two
-from fedapp.layer_split import split_model
-from fedapp.records import Payload, Tensors
+from fedapp.core.layer_split import split_model
+from fedapp.core.records import Payload, Tensors
 
 
 class FedALSClient(FedClient):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from clients.base import FedClient
-from fedapp.records import Payload, Tensors
+from fedapp.core.records import Payload, Tensors
 
 
 class FedCMClient(FedClient):

@@ -6,7 +6,7 @@ import torch
 
 from clients.base import saved_or_zeros
 from clients.fedprox import FedProxClient
-from fedapp.records import Payload, Tensors
+from fedapp.core.records import Payload, Tensors
 
 
 class FedDynClient(FedProxClient):

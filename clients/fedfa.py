@@ -1,8 +1,8 @@
 """FedFA client: reports the received model's training accuracy, then trains as FedAvg."""
 
 from clients.base import FedClient
-from fedapp.records import Payload
-from fedapp.training import evaluate
+from fedapp.core.records import Payload
+from fedapp.core.training import evaluate
 
 
 class FedFAClient(FedClient):

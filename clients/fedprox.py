@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from clients.base import FedClient
-from fedapp.records import Payload, Tensors
+from fedapp.core.records import Payload, Tensors
 
 
 class FedProxClient(FedClient):

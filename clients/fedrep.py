@@ -1,8 +1,8 @@
 """FedRep client: a private head on top of the shared body."""
 
 from clients.base import FedClient
-from fedapp.models import body_head_keys
-from fedapp.records import Payload
+from fedapp.core.models import body_head_keys
+from fedapp.core.records import Payload
 
 
 class FedRepClient(FedClient):

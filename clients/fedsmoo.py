@@ -5,7 +5,7 @@ from __future__ import annotations
 from clients.base import saved_or_zeros
 from clients.feddyn import FedDynClient
 from clients.sam import SAMSteps
-from fedapp.records import Payload, Tensors
+from fedapp.core.records import Payload, Tensors
 
 
 class FedSpeedClient(SAMSteps, FedDynClient):

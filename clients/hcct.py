@@ -1,8 +1,8 @@
 """HCCT clients: plain local SGD from the group's model; HCCT-P keeps its classifier local."""
 
 from clients.base import FedClient
-from fedapp.models import body_head_keys
-from fedapp.records import Payload
+from fedapp.core.models import body_head_keys
+from fedapp.core.records import Payload
 
 
 class HCCTClient(FedClient):

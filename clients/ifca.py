@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from clients.base import FedClient
-from fedapp.aggregation import weighted_mean
-from fedapp.records import Payload
-from fedapp.training import evaluate
+from fedapp.core.aggregation import weighted_mean
+from fedapp.core.records import Payload
+from fedapp.core.training import evaluate
 
 #: examples used to score the k models; a fixed slice keeps the choice cheap and deterministic
 SCORE_EXAMPLES = 1024

@@ -6,9 +6,9 @@ import torch
 import torch.nn.functional as F
 
 from clients.base import FedClient
-from fedapp.data import prepare
-from fedapp.models import body_head_keys
-from fedapp.records import Payload
+from fedapp.core.data import prepare
+from fedapp.core.models import body_head_keys
+from fedapp.core.records import Payload
 
 #: PeFLL's appendix: k and the mixing weight chosen per client by cross-validation over these
 K_GRID = (5, 10)

@@ -1,7 +1,7 @@
 """Local client: trains its own model, which never leaves it."""
 
 from clients.base import FedClient
-from fedapp.records import Payload
+from fedapp.core.records import Payload
 
 
 class LocalClient(FedClient):

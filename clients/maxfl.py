@@ -1,8 +1,8 @@
 """MaxFL client: trains the global model when it beats its own model by its threshold."""
 
 from clients.base import FedClient
-from fedapp.records import Payload
-from fedapp.training import evaluate
+from fedapp.core.records import Payload
+from fedapp.core.training import evaluate
 
 SCORE_EXAMPLES = 1024  # a fixed slice of training data scores both models
 

@@ -1,4 +1,4 @@
-"""PeFLL client (its networks, shared with the server, are in ``fedapp.hypernetworks``).
+"""PeFLL client (its networks, shared with the server, are in ``fedapp.core.hypernetworks``).
 
 One training step of PeFLL is three round trips; the ClientApp has a single train
 handler, so the client dispatches on ``config["phase"]``:
@@ -19,9 +19,9 @@ import torch
 from torch import nn
 
 from clients.base import FedClient
-from fedapp.data import prepare
-from fedapp.hypernetworks import embedding_network
-from fedapp.records import Payload
+from fedapp.core.data import prepare
+from fedapp.core.hypernetworks import embedding_network
+from fedapp.core.records import Payload
 
 
 def descriptor(phi: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:

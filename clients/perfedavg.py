@@ -3,7 +3,7 @@
 import torch
 
 from clients.base import FedClient
-from fedapp.records import Payload
+from fedapp.core.records import Payload
 
 
 class PerFedAvgClient(FedClient):

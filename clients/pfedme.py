@@ -3,7 +3,7 @@
 import torch
 
 from clients.base import FedClient
-from fedapp.records import Payload, Tensors
+from fedapp.core.records import Payload, Tensors
 
 
 class PFedMeClient(FedClient):

@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import torch
 
-from fedapp.perturbation import perturbation
-from fedapp.records import Tensors
+from fedapp.core.perturbation import perturbation
+from fedapp.core.records import Tensors
 
 
 class SAM:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from clients.base import FedClient, saved_or_zeros
-from fedapp.records import Payload, Tensors
+from fedapp.core.records import Payload, Tensors
 
 
 def option_two(c_i: Tensors, c: Tensors, x: Tensors, y: Tensors, steps: int, lr: float) -> Tensors:

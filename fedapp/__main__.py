@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fedapp.results import ACCURACIES  # in order of preference: a run's headline metric is the first it has
+from fedapp.runtime.results import ACCURACIES  # in order of preference: a run's headline metric is the first it has
 
 
 def first_line(doc: str | None) -> str:
@@ -21,8 +21,8 @@ def first_line(doc: str | None) -> str:
 
 
 def list_algorithms(out=sys.stdout) -> None:
-    from fedapp.config import COMMON_KEYS
-    from fedapp.registry import algorithms
+    from fedapp.core.config import COMMON_KEYS
+    from fedapp.runtime.registry import algorithms
 
     for name, spec in sorted(algorithms().items()):
         print(f"{name}  ({spec.strategy.__module__}.{spec.strategy.__name__}): {first_line(spec.strategy.__doc__)}",
@@ -69,7 +69,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def compare(folders: list[Path], plot_path: Path, out=sys.stdout) -> list[dict[str, Any]]:
     """Print one table of the runs and draw their accuracy against rounds and traffic."""
-    from fedapp.results import plot_series  # matplotlib only when plotting
+    from fedapp.runtime.results import plot_series  # matplotlib only when plotting
 
     docs = [load_run(f) for f in folders]
     rows = [summary(f, d) for f, d in zip(folders, docs)]

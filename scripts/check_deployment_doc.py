@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fedapp.launch import process_tree
+from fedapp.runtime.launch import process_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "deployment.md"

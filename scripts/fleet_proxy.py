@@ -1,6 +1,6 @@
 """Run nginx as the SuperLink's public face: TLS on the public address, only the Fleet API
 (``/v1/fleet/``, what SuperNodes call) and its ``/health`` (which a site's ClientApps watch:
-fedapp/watchdog.py) forwarded to a SuperLink bound to the loopback; every other path (the
+fedapp/runtime/watchdog.py) forwarded to a SuperLink bound to the loopback; every other path (the
 Control API of ``flwr run``/``ls``/``supernode register``, the runtime API) answers 403. Flower 1.41 serves all its APIs on one port, so this is what keeps strangers
 who can reach the SuperLink's machine out of the Control API (docs/deployment.md).
 

@@ -1,10 +1,10 @@
 """The attack table of docs/reliability.md: final accuracy of each strategy under each attack of
-``fedapp.faults`` (30% and 60% of the clients), for each robust-aggregation option, against the
+``fedapp.runtime.faults`` (30% and 60% of the clients), for each robust-aggregation option, against the
 same strategy's run without attackers.
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python simulations/attacks.py --out attacks.json --results-dir OUT
 
-Every run is in process (``fedapp.inprocess``), one after the other, single-threaded; the JSON is
+Every run is in process (``fedapp.runtime.inprocess``), one after the other, single-threaded; the JSON is
 rewritten after each run, so a stopped sweep keeps what it measured. ``--small`` is the CI scale
 (synthetic data, a few rounds; ``tests/test_security_robust.py``).
 """
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from fedapp.registry import parse_run_config
-from fedapp.faults import faulty_partitions
-from fedapp.inprocess import run_local
+from fedapp.runtime.registry import parse_run_config
+from fedapp.runtime.faults import faulty_partitions
+from fedapp.runtime.inprocess import run_local
 
 #: the page's setting: MNIST, 10 IID clients, every client every round; an MLP, 20 local steps of
 #: batch 32 at lr 0.05 (PeFLL: k = local-steps on the MLP it generates)

@@ -45,8 +45,8 @@ def main(out: str) -> None:
     os.environ["FEDAPP_CACHE"] = str(tmp / "cache")
     tree = image_tree(tmp / "tree")
 
-    from fedapp.inprocess import run_local
-    from fedapp.registry import algorithms
+    from fedapp.runtime.inprocess import run_local
+    from fedapp.runtime.registry import algorithms
 
     rows: dict[str, list | str] = {}
     for name in sorted(algorithms()):

@@ -30,7 +30,7 @@ Any run-config files (the general form):
 
 Every FILE is a plain run config, read with Flower's own parser: ``flwr run . --run-config FILE`` runs
 the same configuration (Flower takes one file per run: a method file layered on a setting runs as
-``python -m fedapp.launch --run-config "SETTING.toml METHOD.toml"``). A run's config is, in this
+``python -m fedapp.runtime.launch --run-config "SETTING.toml METHOD.toml"``). A run's config is, in this
 order: FILE, ``--set`` (Flower's ``key=value`` syntax), the method (``--methods``: a strategy name, or a
 small run-config file layered on top), the method's tuned lr (``--lr-from``), one ``--sweep`` value and
 one of ``--seeds``. The run is named ``<method>[-KEY=VALUE][-s<seed>]``, method being FILE's stem or the
@@ -61,14 +61,14 @@ from simulations.tables import PAPERS  # noqa: E402
 
 def read(path: str | Path) -> dict[str, Any]:
     """A run-config file as ``flwr run --run-config FILE`` reads it (flat keys)."""
-    from fedapp.compat import parse_config_args
+    from fedapp.core.compat import parse_config_args
 
     return parse_config_args([str(path)])
 
 
 def overrides(pairs: list[str]) -> dict[str, Any]:
     """``KEY=VALUE`` pairs (TOML values) as ``flwr run --run-config "KEY=VALUE ..."`` reads them."""
-    from fedapp.compat import parse_config_args
+    from fedapp.core.compat import parse_config_args
 
     return parse_config_args([" ".join(pairs)]) if pairs else {}
 
@@ -213,8 +213,8 @@ def execute(runs: list[tuple[str, str, dict]], out: Path, summarize, jobs: int =
     Every config is checked, and every name already in the summary compared with its settings, before
     the first run starts; finished runs are skipped and a stopped one resumes from its checkpoint.
     ``jobs`` > 1 runs that many at once, each as ``python -m simulations.run`` + ``child`` + its name."""
-    from fedapp.config import ConfigError
-    from fedapp.registry import parse_run_config
+    from fedapp.core.config import ConfigError
+    from fedapp.runtime.registry import parse_run_config
 
     summary_file = out / "summary.json"
     earlier = {r["run"]: r["config"] for r in (json.loads(summary_file.read_text()) if summary_file.exists() else [])
@@ -245,7 +245,7 @@ def execute(runs: list[tuple[str, str, dict]], out: Path, summarize, jobs: int =
         return
     import torch
 
-    from fedapp.inprocess import run_local
+    from fedapp.runtime.inprocess import run_local
 
     torch.set_num_threads(1)
     logging.getLogger("flwr").setLevel(logging.WARNING)

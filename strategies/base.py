@@ -31,15 +31,15 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
-from fedapp.aggregation import coordinate_wise, krum_select, weighted_mean
-from fedapp.compat import trim_mean
-from fedapp import registry
-from fedapp.config import COMMON_KEYS, ConfigError, Key, RunConfig
-from fedapp.registry import parse_run_config
-from fedapp.data import Dataset
-from fedapp.experiment import round_lr, unseen_clients
-from fedapp.records import Payload, RecordStore, Tensors, from_record, to_record
-from fedapp.training import evaluate
+from fedapp.core.aggregation import coordinate_wise, krum_select, weighted_mean
+from fedapp.core.compat import trim_mean
+from fedapp.runtime import registry
+from fedapp.core.config import COMMON_KEYS, ConfigError, Key, RunConfig
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.data import Dataset
+from fedapp.core.experiment import round_lr, unseen_clients
+from fedapp.core.records import Payload, RecordStore, Tensors, from_record, to_record
+from fedapp.core.training import evaluate
 from strategies.driver import ClientInfo, Driver, Reply, Spec, spec_of
 
 #: common run-config settings that clients read in local training and evaluation: every training and
@@ -75,9 +75,9 @@ def _parameters_doc(cls: type) -> str:
     """The NumPy-style Parameters section of a strategy's docstring, from its ``config_keys``."""
     lines = ["Parameters", "----------",
              "model : torch.nn.Module", "    Its state is the initial global model (start()'s initial_arrays replace it).",
-             "dataset : fedapp.data.Dataset | None (default: None)",
+             "dataset : fedapp.core.data.Dataset | None (default: None)",
              "    The global test set the server evaluates the global model on (central-eval); None: not evaluated.",
-             "cfg : fedapp.config.RunConfig | None (default: None)",
+             "cfg : fedapp.core.config.RunConfig | None (default: None)",
              "    A run config to start from (the keyword arguments below go over it)."]
     for key in cls.config_keys:
         lines += [f"{keyword_of(key.name)} : {key.type.__name__} (default: {key.default!r})",
@@ -144,7 +144,7 @@ class FedStrategy(Strategy, metaclass=Settings):
         self.run_key = f"{cfg.run_name or cfg.strategy}-{uuid.uuid4().hex[:12]}"
         #: partition id -> the version (round) of that client's state the server's state builds on:
         #: the round of its last accepted training reply. Every message names it, so a run resumed
-        #: from a checkpoint restores each client's state of the checkpointed round (fedapp.client_app)
+        #: from a checkpoint restores each client's state of the checkpointed round (fedapp.runtime.client_app)
         self.state_rounds: dict[int, int] = {}
         #: ``state_rounds`` of the last checkpoint written: the versions a resume may ask for, which
         #: the clients keep

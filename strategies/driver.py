@@ -19,26 +19,24 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from logging import INFO, WARNING
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import torch
-from flwr.app import ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
-from fedapp import pickup, sites
-from fedapp.aggregation import coordinate_wise
-from fedapp.compat import answers, app_component, flower_grids, lacks_handler
-from fedapp.config import ConfigError, RunConfig
-from fedapp.records import (Payload, RecordStore, Tensors, array_numpy, content_bytes, make_content, payload_of,
-                            to_record)
-from fedapp.spill import SpilledContent, spill
-
-if TYPE_CHECKING:
-    from strategies.base import FedStrategy
+from fedapp.core import pickup, sites
+from fedapp.core.aggregation import coordinate_wise
+from fedapp.core.compat import answers, app_component, flower_grids, lacks_handler
+from fedapp.core.config import ConfigError, RunConfig
+from fedapp.core.records import (Payload, RecordStore, Tensors, array_numpy, content_bytes, make_content, payload_of,
+                                 to_record)
+from fedapp.core.spill import SpilledContent, spill
 
 
 Spec = dict[str, dict[str, tuple[tuple[int, ...], torch.dtype]]]
@@ -94,7 +92,7 @@ def app_is_plain() -> bool:
 
 def plain_strategies() -> list[str]:
     """The registered strategies that take plain Flower ClientApps (``FedStrategy.plain_clients``)."""
-    from fedapp.registry import algorithms
+    from fedapp.runtime.registry import algorithms
 
     return [name for name, spec in algorithms().items() if spec.strategy.plain_clients()]
 
@@ -125,8 +123,8 @@ def send_and_receive(grid: Grid, msgs: list[Message], timeout: float | None,
     exchange up to a multiple of that. The wait doubles from 10 ms to ``PULL_WAIT`` (20 ms in a
     simulation, where PeFLL's three exchanges a step would each wait up to 0.1 s more; 0.1 s
     over HTTP), so a reply is seen at most that late; in a simulation Flower's engine is woken to
-    take the messages at once (``fedapp.pickup``). Each reply goes through ``arrived`` as it
-    arrives (fedapp.inprocess's grid calls it as it computes the reply)."""
+    take the messages at once (``fedapp.core.pickup``). Each reply goes through ``arrived`` as it
+    arrives (fedapp.runtime.inprocess's grid calls it as it computes the reply)."""
     arrived = arrived or (lambda msg: msg)
     http, memory = flower_grids()
     if not isinstance(grid, (http, memory)):  # InProcessGrid answers without sleeping
@@ -159,15 +157,43 @@ def sample_size(pool: int, fraction: float, min_nodes: int) -> int:
     return min(pool, max(min_nodes, int(round(fraction * pool))))
 
 
-class Driver:
-    """Runs one strategy's rounds; ``strategy`` supplies the hooks (``FedStrategy``)."""
+class RoundHooks(Protocol):
+    """What the driver reads and calls on the strategy it runs (``strategies.base.FedStrategy``
+    implements it): the settings and run state it keeps, and the round's hooks. Declared here so the
+    driver needs no import of the strategy's class."""
 
-    def __init__(self, strategy: FedStrategy):
+    cfg: RunConfig
+    rng: np.random.Generator
+    clients: dict[int, ClientInfo]  # discovered clients by partition id
+    unseen: frozenset[int]  # partition ids held out as new clients
+    history: list[dict[str, Any]]  # one row per round
+    totals: Counter  # traffic since round 1
+    base_config: dict[str, dict[str, Any]]  # the config sent with every "train" / "evaluate" message
+    run_key: str
+    state_rounds: dict[int, int]  # partition id -> the round of the client state it holds
+    kept_state_rounds: dict[int, int]
+    results_path: Path | None
+
+    def plain_clients(self) -> bool: ...
+    def client_need(self) -> str: ...
+    def train_pool(self) -> list[int]: ...
+    def global_arrays(self) -> ArrayRecord | None: ...
+    def reference(self, pid: int, name: str) -> Tensors | None: ...
+    def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]: ...
+    def evaluate_round(self, server_round: int, grid: Grid) -> dict[str, float]: ...
+    def evaluate_central(self) -> dict[str, float]: ...
+    def summary(self) -> None: ...
+
+
+class Driver:
+    """Runs one strategy's rounds; ``strategy`` supplies the hooks (``RoundHooks``)."""
+
+    def __init__(self, strategy: RoundHooks):
         self.strategy = strategy
         #: node id -> the partition id it claimed that another node serves (-1: a plain Flower
         #: ClientApp the strategy cannot use)
         self.refused: dict[int, int] = {}
-        #: the ``site-keys`` table (key fingerprint -> site; fedapp.sites), set by the ServerApp in a
+        #: the ``site-keys`` table (key fingerprint -> site; fedapp.core.sites), set by the ServerApp in a
         #: deployment that binds partitions to SuperNode keys; None: the first node to claim a partition serves it
         self.sites: dict[str, sites.Site] | None = None
         self.unbound: dict[int, str] = {}  # node id -> why its key may not serve the partition it claims
@@ -224,7 +250,7 @@ class Driver:
                         raise ConfigError(
                             f"the federation has {int(m['num-partitions'])} simulated SuperNodes but run config "
                             f"'num-clients' = {self.cfg.num_clients}: make them equal (options.num-supernodes "
-                            "in $FLWR_HOME/config.toml, or python -m fedapp.launch, which sets it)")
+                            "in $FLWR_HOME/config.toml, or python -m fedapp.runtime.launch, which sets it)")
                     pid, node = int(m["partition-id"]), msg.metadata.src_node_id
                     if self.sites is not None and (why := sites.refusal(self.sites, node, keys.get(node), pid)):
                         if self.unbound.get(node) != why:
@@ -275,7 +301,7 @@ class Driver:
     # ---- messages --------------------------------------------------------------------
     def messages(self, contents: Mapping[int, RecordDict], message_type: str) -> list[Message]:
         """One message per partition id; each config names the run and the client state version to
-        start from and to keep (``state-round``, ``state-keep``: fedapp.client_app), and carries a
+        start from and to keep (``state-round``, ``state-keep``: fedapp.runtime.client_app), and carries a
         fresh random ``reply-nonce`` that the reply must echo (:meth:`parse_replies`)."""
         strategy = self.strategy
         self.nonces = {pid: secrets.randbits(52) for pid in contents}  # exact as a float metric too
@@ -402,7 +428,7 @@ class Driver:
             valid[pid] = Reply(pid, payload_of(content) if spilled is None else spilled.payload(), metrics)
         out = [valid[pid] for pid in sorted(valid)]
         out = self.robust(out) if any(s is not None for s in expected.values()) else out
-        for r in out:  # the state versions the server's state now builds on (fedapp.client_app)
+        for r in out:  # the state versions the server's state now builds on (fedapp.runtime.client_app)
             if "state-round" in r.metrics:
                 self.strategy.state_rounds[r.pid] = int(r.metrics["state-round"])
                 self.state_holders.add(r.pid)

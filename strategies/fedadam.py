@@ -9,8 +9,8 @@ from flwr.serverapp.strategy.fedopt import FedOpt
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from clients.fedavg import FedAvgClient
-from fedapp.config import Key
-from fedapp.records import make_content, to_record
+from fedapp.core.config import Key
+from fedapp.core.records import make_content, to_record
 from strategies.base import FedStrategy
 from strategies.flower import as_tensors
 from strategies.keys import LR_DECAY

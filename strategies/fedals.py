@@ -6,9 +6,9 @@ from flwr.app import MessageType
 from flwr.serverapp import Grid
 
 from clients.fedals import FedALSClient, FedALSScaffoldClient
-from fedapp.config import ConfigError, Key
-from fedapp.layer_split import split_model
-from fedapp.records import Shared, Tensors
+from fedapp.core.config import ConfigError, Key
+from fedapp.core.layer_split import split_model
+from fedapp.core.records import Shared, Tensors
 from strategies.base import FedStrategy
 from strategies.driver import spec_of
 from strategies.scaffold import updated_control

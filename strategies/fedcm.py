@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from clients.fedcm import FedCMClient
-from fedapp.experiment import round_lr
+from fedapp.core.experiment import round_lr
 from strategies.base import FedStrategy
 from strategies.keys import ALPHA, DECAY_IN_MIX, LR_DECAY
 

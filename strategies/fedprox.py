@@ -1,7 +1,7 @@
 """FedProx: FedAvg on the server; the proximal term lives in the client."""
 
 from clients.fedprox import FedProxClient
-from fedapp.config import Key
+from fedapp.core.config import Key
 from strategies.base import FedStrategy
 from strategies.keys import LR_DECAY
 

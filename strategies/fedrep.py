@@ -3,10 +3,10 @@
 from typing import Any
 
 from clients.fedrep import FedRepClient
-from fedapp.config import Key
-from fedapp.experiment import round_lr
-from fedapp.layer_split import check_head
-from fedapp.models import body_head_keys
+from fedapp.core.config import Key
+from fedapp.core.experiment import round_lr
+from fedapp.core.layer_split import check_head
+from fedapp.core.models import body_head_keys
 from strategies.base import FedStrategy
 from strategies.driver import spec_of
 

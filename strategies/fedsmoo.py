@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from clients.fedsmoo import FedSMOOClient, FedSpeedClient
-from fedapp.config import Key
-from fedapp.perturbation import perturbation
+from fedapp.core.config import Key
+from fedapp.core.perturbation import perturbation
 from strategies.driver import spec_of
 from strategies.feddyn import FedDyn
 from strategies.keys import BETA, LR_DECAY, RHO

@@ -26,8 +26,8 @@ from flwr.serverapp import strategy as flower_strategies
 
 from clients.fedavg import FedAvgClient
 from clients.fedprox import FedProxClient
-from fedapp.config import Key
-from fedapp.records import Tensors, from_record, make_content, to_record
+from fedapp.core.config import Key
+from fedapp.core.records import Tensors, from_record, make_content, to_record
 from strategies.base import FedStrategy
 from strategies.keys import LR_DECAY
 from strategies.driver import Reply

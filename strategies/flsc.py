@@ -1,7 +1,7 @@
 """FLSC: soft clustering, each client averages its N_g best of k models."""
 
 from clients.ifca import IFCAClient
-from fedapp.config import ConfigError, Key, RunConfig
+from fedapp.core.config import ConfigError, Key, RunConfig
 from strategies.ifca import IFCA
 from strategies.keys import CLUSTERS, IDENTICAL_INIT
 

@@ -13,12 +13,12 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from clients.hcct import HCCTClient, HCCTPClient
-from fedapp.aggregation import weighted_mean
-from fedapp.config import ConfigError, Key, RunConfig
-from fedapp.experiment import round_lr
-from fedapp.layer_split import check_head
-from fedapp.models import body_head_keys, layer_groups
-from fedapp.records import Shared, Tensors
+from fedapp.core.aggregation import weighted_mean
+from fedapp.core.config import ConfigError, Key, RunConfig
+from fedapp.core.experiment import round_lr
+from fedapp.core.layer_split import check_head
+from fedapp.core.models import body_head_keys, layer_groups
+from fedapp.core.records import Shared, Tensors
 from strategies.base import FedStrategy
 from strategies.driver import Reply, spec_of
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 
 from clients.ifca import IFCAClient
-from fedapp.aggregation import weighted_mean
-from fedapp.config import RunConfig
-from fedapp.experiment import model_for
-from fedapp.records import Shared, Tensors
+from fedapp.core.aggregation import weighted_mean
+from fedapp.core.config import RunConfig
+from fedapp.core.experiment import model_for
+from fedapp.core.records import Shared, Tensors
 from strategies.base import FedStrategy
 from strategies.driver import Reply
 from strategies.keys import CLUSTERS, IDENTICAL_INIT

@@ -1,7 +1,7 @@
 """Independent training: every client trains alone (HCCT's Table IV baseline)."""
 
 from clients.hcct import HCCTClient
-from fedapp.config import RunConfig
+from fedapp.core.config import RunConfig
 from strategies.hcct import HCCT, Group
 
 

@@ -5,9 +5,9 @@ An algorithm lists them in its ``config_keys`` under its own prefix (``fedsam.rh
 default, bounds and description.
 """
 
-from fedapp.config import Key
+from fedapp.core.config import Key
 
-#: a method's own lr decay (read by ``fedapp.experiment.round_lr``), so one run-config file can decay
+#: a method's own lr decay (read by ``fedapp.core.experiment.round_lr``), so one run-config file can decay
 #: FedDyn/FedSMOO by 0.9995 and the other methods by 0.998, as FedSMOO's Table 1 does
 LR_DECAY = Key("lr-decay", float, 0.0, "This method's lr decay per round; 0: the common lr-decay.", low=0.0, high=1.0)
 

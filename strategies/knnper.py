@@ -1,8 +1,8 @@
 """kNN-Per: FedAvg's global model, personalised at inference by a local kNN."""
 
 from clients.knnper import KNNPerClient
-from fedapp.config import Key
-from fedapp.layer_split import check_head
+from fedapp.core.config import Key
+from fedapp.core.layer_split import check_head
 from strategies.base import FedStrategy
 
 

@@ -1,7 +1,7 @@
 """MAXFL-style participation: a client joins the global model only while it serves it well."""
 
 from clients.maxfl import MaxFLClient
-from fedapp.config import Key
+from fedapp.core.config import Key
 from strategies.base import FedStrategy
 from strategies.driver import Reply
 

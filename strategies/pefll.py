@@ -12,11 +12,11 @@ from flwr.app import MessageType
 from flwr.serverapp import Grid
 
 from clients.pefll import PeFLLClient
-from fedapp.config import ConfigError, Key
-from fedapp.files import atomic_write
-from fedapp.hypernetworks import EMBEDDINGS, HyperNetwork, embedding_network
-from fedapp.models import MAX_GENERATED_PARAMS
-from fedapp.records import Tensors
+from fedapp.core.config import ConfigError, Key
+from fedapp.core.files import atomic_write
+from fedapp.core.hypernetworks import EMBEDDINGS, HyperNetwork, embedding_network
+from fedapp.core.models import MAX_GENERATED_PARAMS
+from fedapp.core.records import Tensors
 from strategies.base import FedStrategy
 from strategies.driver import Reply, Spec, spec_of
 

@@ -1,8 +1,8 @@
 """Per-FedAvg: FedAvg on the MAML objective, personalised by fine-tuning."""
 
 from clients.perfedavg import PerFedAvgClient
-from fedapp.config import Key
-from fedapp.experiment import round_lr
+from fedapp.core.config import Key
+from fedapp.core.experiment import round_lr
 from strategies.base import FedStrategy
 
 

@@ -8,8 +8,8 @@ import torch
 from flwr.serverapp import Grid
 
 from clients.pefll import PeFLLClient
-from fedapp.config import Key
-from fedapp.records import Tensors
+from fedapp.core.config import Key
+from fedapp.core.records import Tensors
 from strategies.pefll import PeFLL, embed_dim
 
 

@@ -1,8 +1,8 @@
 """pFedMe: personal models regularised by a Moreau envelope towards the global model."""
 
 from clients.pfedme import PFedMeClient
-from fedapp.config import Key
-from fedapp.experiment import round_lr
+from fedapp.core.config import Key
+from fedapp.core.experiment import round_lr
 from strategies.base import FedStrategy
 
 

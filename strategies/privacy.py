@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from logging import WARNING
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from flwr.app import ConfigRecord, Context, Message, MessageType
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord
 from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
 from flwr.common.logger import log
 from flwr.serverapp import Grid
@@ -40,11 +41,8 @@ from flwr.serverapp.strategy import (DifferentialPrivacyClientSideAdaptiveClippi
                                      DifferentialPrivacyServerSideAdaptiveClipping,
                                      DifferentialPrivacyServerSideFixedClipping, Strategy)
 
-from fedapp.config import RunConfig
-from strategies.driver import sample_size
-
-if TYPE_CHECKING:
-    from strategies.base import FedStrategy
+from fedapp.core.config import RunConfig
+from strategies.driver import Driver, RoundHooks, Spec, sample_size
 
 #: ``dp`` -> Flower's wrapper
 WRAPPERS = {"server-fixed": DifferentialPrivacyServerSideFixedClipping,
@@ -122,13 +120,27 @@ def refusal(strategy: str) -> str:
 
 def planned_sample(cfg: RunConfig) -> int:
     """Clients a round samples when every training client is connected (the preflight's n)."""
-    from fedapp.data import split_seen_unseen
+    from fedapp.core.data import split_seen_unseen
 
     seen = split_seen_unseen(cfg.num_clients, cfg.unseen_fraction, cfg.seed)[0]
     return sample_size(len(seen), cfg.fraction_train, cfg.min_train_nodes)
 
 
-def wrapper(strategy: FedStrategy) -> Strategy:
+class Wrapped(RoundHooks, Protocol):
+    """What a private round uses of the strategy it wraps (``strategies.base.FedStrategy``, the Flower
+    Strategy Flower's wrapper is built around): the driver's hooks and these."""
+
+    driver: Driver
+    expected: dict[str, dict[int, Spec | None]]  # the replies the last exchange expects, by partition id
+    dp_wrapper: Strategy  # set by wrapper() at the first private round
+
+    def driving(self) -> AbstractContextManager[None]: ...
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]: ...
+    def set_global_arrays(self, arrays: ArrayRecord, what: str = "arrays") -> None: ...
+
+
+def wrapper(strategy: Wrapped) -> Strategy:
     """Flower's wrapper for the run's ``dp`` around ``strategy``, built at its first round (n: the
     clients each round samples from those connected) and kept; a resumed adaptive run restarts from
     the clipping norm its last row ended on."""
@@ -150,7 +162,7 @@ def wrapper(strategy: FedStrategy) -> Strategy:
     return dp
 
 
-def clippable(strategy: FedStrategy, replies: Iterable[Message]) -> list[Message]:
+def clippable(strategy: Wrapped, replies: Iterable[Message]) -> list[Message]:
     """The replies Flower's wrapper may clip and average, read back into memory where they went to
     disk (``reply-memory-mb``): no error, from a partition addressed in this exchange, the arrays
     expected (Flower's clipping would fail on, or broadcast, others);
@@ -210,7 +222,7 @@ def epsilon(multipliers: Iterable[float], delta: float) -> float:
     return float(accountant.get_epsilon(delta))
 
 
-def private_round(strategy: FedStrategy, server_round: int, grid: Grid) -> dict[str, Any]:
+def private_round(strategy: Wrapped, server_round: int, grid: Grid) -> dict[str, Any]:
     """One training round through Flower's wrapper: its configure_train (client-side: the clipping norm
     in every config), the exchange, its aggregate_train (server-side: every reply clipped; then the
     strategy's uniform mean and the noise); the noised model becomes the global one. The row's
@@ -246,7 +258,7 @@ def dp_mod(msg: Message, context: Context, call_next) -> Message:
     """Flower mod of fedapp's ClientApp: Flower's clipping mod of the run's client-side ``dp`` on
     training messages (it clips the reply's update to the norm the wrapper sent), the reply marked
     ``dp-clipped``; otherwise, and for every run without client-side dp, it passes the message
-    through untouched. A ClientApp of one's own (``fedapp.library``) lists it in its mods."""
+    through untouched. A ClientApp of one's own (``fedapp.runtime.library``) lists it in its mods."""
     if msg.metadata.message_type.split(".")[0] != MessageType.TRAIN:
         return call_next(msg, context)
     mod = CLIENT_MODS.get(str(context.run_config.get("dp", "none")))  # the ServerApp validated it

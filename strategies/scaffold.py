@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from clients.scaffold import ScaffoldClient
-from fedapp.config import Key
-from fedapp.records import Tensors
+from fedapp.core.config import Key
+from fedapp.core.records import Tensors
 from strategies.base import FedStrategy
 from strategies.keys import LR_DECAY
 from strategies.driver import spec_of

@@ -11,8 +11,8 @@ def test_floor_trains_the_clients_the_strategy_samples(small_config):
     assert every == [[0, 1, 2, 3]] * 3
     cfg = {**small_config, "strategy": "fedavg", "num-clients": 8, "unseen-fraction": 0.25, "fraction-train": 0.5}
     plan = floor_plan(cfg, 4)
-    from fedapp.registry import parse_run_config
-    from fedapp.experiment import unseen_clients
+    from fedapp.runtime.registry import parse_run_config
+    from fedapp.core.experiment import unseen_clients
 
     unseen = unseen_clients(parse_run_config(cfg))
     assert len(unseen) == 2 and len(plan) == 4

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from fedapp.__main__ import compare, list_algorithms
-from fedapp.config import COMMON_KEYS
-from fedapp.registry import parse_run_config
-from fedapp.experiment import dataset, partitions
-from fedapp.inprocess import run_local
-from fedapp.registry import algorithms
+from fedapp.core.config import COMMON_KEYS
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.experiment import dataset, partitions
+from fedapp.runtime.inprocess import run_local
+from fedapp.runtime.registry import algorithms
 
 
 def read_csv(path):
@@ -100,8 +100,8 @@ def test_tensorboard_logs_each_rounds_metrics(tmp_path, small_config):
 def test_tensorboard_without_the_package_is_a_config_error(monkeypatch):
     import importlib.util
 
-    from fedapp.config import ConfigError
-    from fedapp.preflight import check
+    from fedapp.core.config import ConfigError
+    from fedapp.runtime.preflight import check
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))
@@ -110,8 +110,8 @@ def test_tensorboard_without_the_package_is_a_config_error(monkeypatch):
 
 
 def test_run_config_file_combines_with_overrides(tmp_path):
-    from fedapp.config import ConfigError
-    from fedapp.launch import run_config_overrides
+    from fedapp.core.config import ConfigError
+    from fedapp.runtime.launch import run_config_overrides
 
     (tmp_path / "s.toml").write_text('strategy = "fedprox"\nnum-server-rounds = 50\n[fedprox]\nproximal-mu = 0.1\n')
     got = run_config_overrides([f"num-clients=10 {tmp_path / 's.toml'}", "num-server-rounds=5 run-name='a b'"])
@@ -124,13 +124,13 @@ def test_run_config_file_combines_with_overrides(tmp_path):
 
 @pytest.mark.parametrize("status, code", [("finished:completed", 0), ("finished:failed", 1), ("finished:stopped", 1)])
 def test_launcher_exit_status_follows_the_runs_final_status(monkeypatch, capsys, status, code):
-    import fedapp.launch
+    import fedapp.runtime.launch
 
-    monkeypatch.setattr(fedapp.launch.signal, "signal", lambda *a: None)  # keep pytest's handlers
-    monkeypatch.setattr(fedapp.launch, "launch", lambda *a, **kw: {"run-id": "7", "status": status, "elapsed": 1.0,
-                                                                     "results": "results/r"})
+    monkeypatch.setattr(fedapp.runtime.launch.signal, "signal", lambda *a: None)  # keep pytest's handlers
+    monkeypatch.setattr(fedapp.runtime.launch, "launch",
+                        lambda *a, **kw: {"run-id": "7", "status": status, "elapsed": 1.0, "results": "results/r"})
     with pytest.raises(SystemExit) as done:
-        fedapp.launch.main([])
+        fedapp.runtime.launch.main([])
     assert done.value.code == code
     assert capsys.readouterr().out == f"run 7: {status} in 1.0 s; results in results/r\n"
 
@@ -142,7 +142,7 @@ def test_status_queries_back_off_while_the_log_stream_is_open(monkeypatch):
     import itertools
     import subprocess
 
-    import fedapp.launch as launch
+    import fedapp.runtime.launch as launch
 
     assert list(itertools.islice(launch.status_waits(), 6)) == [30.0, 60.0, 120.0, 240.0, 300.0, 300.0]
 

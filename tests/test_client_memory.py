@@ -10,22 +10,22 @@ import weakref
 import pytest
 import torch
 
-import fedapp.client_app
-from fedapp.client_app import app
-from fedapp.inprocess import InProcessGrid, run_local
+import fedapp.runtime.client_app
+from fedapp.runtime.client_app import app
+from fedapp.runtime.inprocess import InProcessGrid, run_local
 
 
 @pytest.mark.parametrize("strategy", ["fedsmoo", "fedspeed", "fedsam", "mofedsam", "feddyn", "scaffold"])
 def test_a_trained_client_is_freed_without_the_cycle_collector(strategy, small_config, tmp_path, monkeypatch):
     made = []
-    make_client = fedapp.client_app.make_client
+    make_client = fedapp.runtime.client_app.make_client
 
     def tracked(*args, **kwargs):
         client = make_client(*args, **kwargs)
         made.append(weakref.ref(client))
         return client
 
-    monkeypatch.setattr(fedapp.client_app, "make_client", tracked)
+    monkeypatch.setattr(fedapp.runtime.client_app, "make_client", tracked)
     cfg = {**small_config, "strategy": strategy, "num-clients": 6, "fraction-train": 0.5, "local-steps": 1,
            "fraction-evaluate": 0.0, "central-eval": False, "state-memory-mb": 1e-6,
            "state-spill-dir": str(tmp_path / "spill")}

@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from clients.fedprox import FedProxClient
-from fedapp import registry
-from fedapp.client_app import app
-from fedapp.config import ConfigError
-from fedapp.registry import parse_run_config
-from fedapp.experiment import client_data, model_for
-from fedapp.inprocess import InProcessGrid, run_local
+from fedapp.runtime import registry
+from fedapp.runtime.client_app import app
+from fedapp.core.config import ConfigError
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.experiment import client_data, model_for
+from fedapp.runtime.inprocess import InProcessGrid, run_local
 from strategies.base import CLIENT_SETTINGS
 from strategies.fedprox import FedProx
 from tests.test_pefll import image_config  # noqa: F401  (fixture)

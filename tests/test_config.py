@@ -4,8 +4,8 @@ import tomllib
 
 import pytest
 
-from fedapp.config import COMMON_KEYS, ConfigError
-from fedapp.registry import defaults, parse_run_config
+from fedapp.core.config import COMMON_KEYS, ConfigError
+from fedapp.runtime.registry import defaults, parse_run_config
 from tests.conftest import ROOT
 
 

@@ -1,4 +1,4 @@
-"""Tests of fedapp.data: partitioners, synthetic data, loader, cache, local and hub sources."""
+"""Tests of fedapp.core.data: partitioners, synthetic data, loader, cache, local and hub sources."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
-from fedapp.data import (
+from fedapp.core.data import (
     PARTITIONERS,
     BatchLoader,
     crop_flip,
@@ -24,8 +24,8 @@ from fedapp.data import (
     prepare,
     split_seen_unseen,
 )
-from fedapp.data import sources
-from fedapp.data.partitioners import allocate
+from fedapp.core.data import sources
+from fedapp.core.data.partitioners import allocate
 
 CIFAR_ARCHIVE = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10.tar.gz"
 N_CLASSES, PER_CLASS = 10, 60

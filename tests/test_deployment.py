@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedapp.client_app import app, load_state
-from fedapp.registry import parse_run_config
-from fedapp.launch import process_tree
-from fedapp.inprocess import InProcessGrid, run_local
+from fedapp.runtime.client_app import app, load_state
+from fedapp.runtime.registry import parse_run_config
+from fedapp.runtime.launch import process_tree
+from fedapp.runtime.inprocess import InProcessGrid, run_local
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

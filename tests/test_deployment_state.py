@@ -11,9 +11,9 @@ from flwr.app import Context, MessageType, RecordDict
 from PIL import Image
 
 from clients.scaffold import ScaffoldClient
-from fedapp.client_app import app, commit_state, end_of_run, load_state, state_path
-from fedapp.registry import parse_run_config
-from fedapp.inprocess import InProcessGrid, run_local
+from fedapp.runtime.client_app import app, commit_state, end_of_run, load_state, state_path
+from fedapp.runtime.registry import parse_run_config
+from fedapp.runtime.inprocess import InProcessGrid, run_local
 
 
 def site_configs(n, state_dir=None):
@@ -179,7 +179,7 @@ def test_new_run_never_loads_another_runs_state(small_config, tmp_path):
 def test_a_resumed_run_finds_its_clients_state(small_config, tmp_path, monkeypatch):
     """The exception: a run resumed from a checkpoint (a new run, restarted sites) reads the
     state its clients committed, and ends as the uninterrupted run does."""
-    monkeypatch.setattr("fedapp.results.plot", lambda *a, **kw: None)
+    monkeypatch.setattr("fedapp.runtime.results.plot", lambda *a, **kw: None)
     run_config = {**small_config, "strategy": "scaffold", "num-server-rounds": 3, "fraction-evaluate": 0.0,
                   "central-eval": False, "fraction-train": 0.5}
     full = run_local({**run_config, "run-name": "full"})

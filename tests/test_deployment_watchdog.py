@@ -1,5 +1,5 @@
 """A site's ClientApp processes end soon after the SuperLink is stopped mid-run
-(fedapp/watchdog.py): on loopback, through the documented recipe's proxy, and in process."""
+(fedapp/runtime/watchdog.py): on loopback, through the documented recipe's proxy, and in process."""
 
 import http.server
 import signal
@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from fedapp import watchdog
-from fedapp.launch import process_tree
+from fedapp.runtime import watchdog
+from fedapp.runtime.launch import process_tree
 from test_deployment import Federation, alive, free_port, run_config, signal_all
 from test_deployment_proxy import NGINX, start_behind_proxy
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from fedapp.client_app import app
-from fedapp.registry import parse_run_config
-from fedapp.experiment import device_of
-from fedapp.inprocess import InProcessGrid, run_local
-from fedapp.training import evaluate
+from fedapp.runtime.client_app import app
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.experiment import device_of
+from fedapp.runtime.inprocess import InProcessGrid, run_local
+from fedapp.core.training import evaluate
 
 #: tensor methods that copy device memory to the host (and wait for the device). ``.to(device)``
 #: is not among them: on this CPU-only machine the client's device is the host, so a move to it
@@ -80,7 +80,7 @@ def test_evaluation_batches_copy_nothing_to_the_host():
 
 
 def test_gpu_fractions_reach_the_ray_actors(tmp_path, monkeypatch):
-    """`fedapp.launch --num-gpus 0.25`: the Flower config the launcher writes becomes the simulation
+    """`fedapp.runtime.launch --num-gpus 0.25`: the Flower config the launcher writes becomes the simulation
     config `flwr run` sends, then the Ray backend's per-client resources (four clients per GPU)."""
     from types import SimpleNamespace
 
@@ -89,7 +89,7 @@ def test_gpu_fractions_reach_the_ray_actors(tmp_path, monkeypatch):
     from flwr.server.superlink.fleet.vce.backend.raybackend import RayBackend
     from flwr.simulation.app import _run_simulation_settings
 
-    from fedapp.launch import write_flower_config
+    from fedapp.runtime.launch import write_flower_config
 
     write_flower_config(tmp_path, 8, num_cpus=2, num_gpus=0.25)
     monkeypatch.setenv("FLWR_HOME", str(tmp_path))

@@ -13,13 +13,13 @@ from dp_accounting.rdp import RdpAccountant
 from flwr.app import MessageType
 from flwr.supercore.differential_privacy import compute_adaptive_noise_params
 
-from fedapp import preflight, registry
-from fedapp.client_app import app
-from fedapp.config import ConfigError
-from fedapp.registry import parse_run_config
-from fedapp.inprocess import InProcessGrid, run_local
-from fedapp.records import from_record
-from fedapp.server_app import build_strategy
+from fedapp.runtime import preflight, registry
+from fedapp.runtime.client_app import app
+from fedapp.core.config import ConfigError
+from fedapp.runtime.registry import parse_run_config
+from fedapp.runtime.inprocess import InProcessGrid, run_local
+from fedapp.core.records import from_record
+from fedapp.runtime.server_app import build_strategy
 from strategies import privacy
 from strategies.base import FedStrategy
 from test_library_examples import plain_app, plain_config  # noqa: F401
@@ -218,7 +218,7 @@ def test_no_dp_run_untouched(monkeypatch):
 def test_dp_resumed_run_continues_the_count(tmp_path, monkeypatch):
     """A dp run resumed from its checkpoint continues epsilon from its checkpointed rows, and an
     adaptive one its clipping norm: round 3 after a resume spends what round 3 of one run does."""
-    monkeypatch.setattr("fedapp.results.plot", lambda *a, **kw: None)
+    monkeypatch.setattr("fedapp.runtime.results.plot", lambda *a, **kw: None)
     base = {**SMALL, "strategy": "fedavg", "dp": "client-adaptive", "dp-noise-multiplier": 0.5,
             "dp-clipped-count-stddev": 1.0, "dp-clipping-norm": 0.05, "results-dir": str(tmp_path), "run-name": "r",
             "checkpoint-every": 1}

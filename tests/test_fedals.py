@@ -11,12 +11,12 @@ from flwr.app import Message
 import clients.fedals
 from clients.fedals import FedALSClient
 from clients.fedavg import FedAvgClient
-from fedapp.client_app import app
-from fedapp.registry import parse_run_config
-from fedapp.experiment import model_for
-from fedapp.inprocess import InProcessGrid, run_local
-from fedapp.models import build_model
-from fedapp.records import make_content, payload_of
+from fedapp.runtime.client_app import app
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.experiment import model_for
+from fedapp.runtime.inprocess import InProcessGrid, run_local
+from fedapp.core.models import build_model
+from fedapp.core.records import make_content, payload_of
 from strategies.base import weighted_mean
 from strategies.fedals import FedALS
 
@@ -217,7 +217,7 @@ def test_simulation_files_are_valid_run_configs():
 
 
 def test_bad_settings_name_their_key():
-    from fedapp.config import ConfigError
+    from fedapp.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="'fedals.alpha' = 0"):
         parse_run_config({"strategy": "fedals", "fedals.alpha": 0})
@@ -247,7 +247,7 @@ def test_authors_layer_groups_and_table3_mapping():
     """The authors' code opens a group at each key naming "conv" or "fc.weight" (20 groups on
     ResNet-20); fedals.layer-groups = "authors" gives those groups, and Table 3's L maps to our
     per-Conv/Linear count as 16 -> 18, 12 -> 13, 8 -> 8, 4 -> 4, 1 -> 1."""
-    from fedapp.layer_split import fedals_layer_groups
+    from fedapp.core.layer_split import fedals_layer_groups
 
     model = build_model("resnet20", (3, 32, 32), 10)
     theirs: list[list[str]] = []
@@ -282,7 +282,7 @@ def test_nesterov_option_takes_nesterov_steps(small_config, monkeypatch):
     nest = run_local({**run_config, "fedals.nesterov": True})
     assert seen == [False] * 4 + [True] * 4
     assert any(not torch.equal(plain.global_state[k], nest.global_state[k]) for k in nest.head_keys)
-    from fedapp.config import ConfigError
+    from fedapp.core.config import ConfigError
     with pytest.raises(ConfigError, match="'fedals.nesterov'"):
         run_local({**run_config, "fedals.nesterov": True, "momentum": 0.0})
 
@@ -342,7 +342,7 @@ def test_matches_authors_fedals_code():
     import json
     from pathlib import Path
 
-    from fedapp.experiment import ClientData
+    from fedapp.core.experiment import ClientData
     from simulations.fedals.authors_golden import SETTING, golden_images, initial_state, kind_of, summary
     from strategies.driver import Reply
 

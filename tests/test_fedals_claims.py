@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fedapp.registry import parse_run_config
+from fedapp.runtime.registry import parse_run_config
 from simulations import tables
 from simulations.fedals import authors
 from simulations.fedals.tables import PAPER, TABLE1

@@ -17,12 +17,12 @@ pytest.importorskip("transformers")
 from clients.fedals import FedALSClient  # noqa: E402
 from clients.fedavg import FedAvgClient  # noqa: E402
 from conftest import SHARED_DATA  # noqa: E402
-from fedapp.config import ConfigError  # noqa: E402
-from fedapp.registry import parse_run_config  # noqa: E402
-from fedapp.experiment import ClientData  # noqa: E402
-from fedapp.inprocess import InProcessGrid, run_local  # noqa: E402
-from fedapp.llm import CausalLM, encode, opt125m_random_rows, opt_tiny, prompt, word_tokenizer  # noqa: E402
-from fedapp.training import evaluate_lm, step_lr  # noqa: E402
+from fedapp.core.config import ConfigError  # noqa: E402
+from fedapp.runtime.registry import parse_run_config  # noqa: E402
+from fedapp.core.experiment import ClientData  # noqa: E402
+from fedapp.runtime.inprocess import InProcessGrid, run_local  # noqa: E402
+from fedapp.core.llm import CausalLM, encode, opt125m_random_rows, opt_tiny, prompt, word_tokenizer  # noqa: E402
+from fedapp.core.training import evaluate_lm, step_lr  # noqa: E402
 from simulations.fedals.authors_golden import summary  # noqa: E402
 from simulations.fedals.authors_golden_llm import CHECKPOINTS, SETTING, golden_prompts, initial_state  # noqa: E402
 from strategies.base import FedStrategy, weighted_mean  # noqa: E402
@@ -67,10 +67,10 @@ def test_opt_cut_is_the_authors_body_and_head():
     the head's average there too), and it travels once a round."""
     from transformers import OPTForCausalLM
 
-    from fedapp.llm import opt_config
+    from fedapp.core.llm import opt_config
 
     model = tiny_model(50)
-    cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.llm:opt_tiny"})
+    cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.core.llm:opt_tiny"})
     body, head = FedALS.body_head(cfg, model)
     groups = authors_groups(list(model.state_dict()))
     assert len(groups) == 14 and groups[0][-1] == "lm.model.decoder.final_layer_norm.bias"
@@ -105,7 +105,7 @@ def test_adamw_state_and_schedule_persist_between_rounds(golden_data, optimizer)
     tok, x, _ = golden_data
     data = ClientData(0, x[:4], torch.zeros(4, dtype=torch.long), x[:0], x[:0].long(), 3, (), (), False,
                       vocab_size=len(tok))
-    run_config = {"strategy": "fedavg", "model": "fedapp.llm:opt_tiny", "batch-size": 4, "lr": 0.01,
+    run_config = {"strategy": "fedavg", "model": "fedapp.core.llm:opt_tiny", "batch-size": 4, "lr": 0.01,
                   "optimizer": optimizer, "weight-decay": 1e-4, "lr-schedule": "fedals-inverse", "adam-eps": 1e-6}
     cfg = parse_run_config(run_config)
     torch.manual_seed(0)
@@ -135,7 +135,7 @@ def test_opt_client_holds_one_model_copy_and_two_adamw_moments(golden_data):
     moments of each parameter (the tied matrix once) and the step counts, nothing else; on a body round
     its reply is the whole model once (head and body, no buffers in an OPT): 2 x 2 + 1 scalars a parameter."""
     tok, x, _ = golden_data
-    cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.llm:opt_tiny", "batch-size": 4, "local-steps": 2,
+    cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.core.llm:opt_tiny", "batch-size": 4, "local-steps": 2,
                             "lr": 0.01, "optimizer": "adamw", "lr-schedule": "fedals-inverse", "fedals.alpha": 3})
     model = tiny_model(len(tok))
     strategy = FedALS(cfg, model)
@@ -163,7 +163,8 @@ def drive(alpha: int, rounds: int, golden_data, *, first_one_step: bool, tau: in
     body between body averages; OPT's tied token embedding follows the head's lm_head)."""
     tok, x, _ = golden_data
     n, per = SETTING["nodes"], SETTING["per_node"]
-    cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.llm:opt_tiny", "num-clients": n, "batch-size": per,
+    cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.core.llm:opt_tiny", "num-clients": n,
+                            "batch-size": per,
                             "local-steps": tau, "lr": 2.0 ** -SETTING["lr_exp"], "optimizer": "adamw-authors",
                             "adam-eps": 1e-6, "weight-decay": 0.0, "lr-schedule": "fedals-inverse",
                             "fedals.alpha": alpha})
@@ -224,7 +225,7 @@ def test_table2_parameters_per_client_opt125m(alpha, billions, authors_billions)
     with torch.device("meta"):
         model = opt125m_random_rows((128,), 10, vocab_size=4414, seq_len=128)  # OPT-125M's 50,272 rows
     assert model.pad_id == model.lm.config.pad_token_id == 4413
-    cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.llm:opt125m_random_rows"})
+    cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.core.llm:opt125m_random_rows"})
     body, head = FedALS.body_head(cfg, model)
     sd = model.state_dict()
     assert sum(p.numel() for p in model.parameters()) == 125_239_296  # OPT-125M's 50,272 x 768 embedding, tied
@@ -245,10 +246,10 @@ def test_fedavg_and_fedals_run_on_shakespeare_pairs_and_resume(tmp_path, monkeyp
     AdamW and the schedule: the test loss falls, the records carry the head every round and the body
     on body rounds; FedALS stopped after round 1 and resumed (its clients' bodies, AdamW moments and t
     in their states) ends as the uninterrupted run."""
-    monkeypatch.setattr("fedapp.results.plot", lambda *a, **kw: None)
-    from fedapp.client_app import app
+    monkeypatch.setattr("fedapp.runtime.results.plot", lambda *a, **kw: None)
+    from fedapp.runtime.client_app import app
 
-    base = {"dataset": "shakespeare-pairs", "data-dir": str(SHARED_DATA), "model": "fedapp.llm:opt_tiny",
+    base = {"dataset": "shakespeare-pairs", "data-dir": str(SHARED_DATA), "model": "fedapp.core.llm:opt_tiny",
             "num-clients": 5, "partition": "label-sorted", "num-server-rounds": 2, "local-steps": 2, "eval-every": 2,
             "batch-size": 4, "lr": 0.05, "optimizer": "adamw", "lr-schedule": "fedals-inverse", "fedals.alpha": 2,
             "fraction-evaluate": 0.0, "test-fraction": 0.0, "results-dir": str(tmp_path), "seed": 1}

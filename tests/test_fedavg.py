@@ -5,10 +5,10 @@ import json
 import torch
 
 from clients.fedavg import FedAvgClient
-from fedapp.registry import parse_run_config
-from fedapp.experiment import client_data, model_for
-from fedapp.inprocess import run_local
-from fedapp.records import content_bytes, make_content
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.experiment import client_data, model_for
+from fedapp.runtime.inprocess import run_local
+from fedapp.core.records import content_bytes, make_content
 from strategies.base import weighted_mean
 from strategies.fedavg import FedAvg
 
@@ -95,9 +95,9 @@ def test_a_failing_client_is_skipped(small_config, monkeypatch):
 def test_federation_size_must_match_num_clients(small_config):
     import pytest
 
-    from fedapp.client_app import app
-    from fedapp.config import ConfigError
-    from fedapp.inprocess import InProcessGrid
+    from fedapp.runtime.client_app import app
+    from fedapp.core.config import ConfigError
+    from fedapp.runtime.inprocess import InProcessGrid
 
     grid = InProcessGrid(app, 3, small_config, [{"partition-id": i, "num-partitions": 3} for i in range(3)])
     with pytest.raises(ConfigError, match="3 simulated SuperNodes but run config 'num-clients' = 4"):

@@ -10,11 +10,11 @@ from clients.fedavg import FedAvgClient
 from clients.fedcm import FedCMClient
 from clients.fedsam import FedSAMClient, MoFedSAMClient
 from clients.fedsmoo import FedSMOOClient
-from fedapp.client_app import app
-from fedapp.registry import parse_run_config
-from fedapp.experiment import model_for
-from fedapp import registry
-from fedapp.inprocess import InProcessGrid, run_local
+from fedapp.runtime.client_app import app
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.experiment import model_for
+from fedapp.runtime import registry
+from fedapp.runtime.inprocess import InProcessGrid, run_local
 from strategies.driver import ClientInfo, Reply
 from strategies.fedavg import FedAvg
 from strategies.fedcm import FedCM
@@ -234,7 +234,7 @@ def test_fedadam_is_flowers_fedadam_bit_for_bit(monkeypatch):
     from flwr.serverapp.strategy import FedAdam as FlowerFedAdam
     from flwr.supercore.task_identity import TaskIdentity
 
-    from fedapp.records import make_content
+    from fedapp.core.records import make_content
     from strategies.fedadam import FedAdam
 
     strategy = fake_strategy(FedAdam, {"strategy": "fedadam", "fedadam.eta": 0.05, "fedadam.beta-1": 0.8},

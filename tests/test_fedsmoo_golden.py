@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedapp.registry import parse_run_config
-from fedapp.data.partitioners import DirichletHsuPartitioner, PathologicalHsuPartitioner
-from fedapp.experiment import ClientData
-from fedapp.models import MLP
-from fedapp.registry import get
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.data.partitioners import DirichletHsuPartitioner, PathologicalHsuPartitioner
+from fedapp.core.experiment import ClientData
+from fedapp.core.models import MLP
+from fedapp.runtime.registry import get
 from simulations.fedsmoo.fl_simulator_golden import SETTING, data, initial_vector, summary
 from strategies.driver import ClientInfo, Reply
 from tests.conftest import ROOT

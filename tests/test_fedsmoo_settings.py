@@ -11,11 +11,11 @@ from torch import nn
 
 from clients.fedavg import FedAvgClient
 from clients.feddyn import FedDynClient
-from fedapp.config import ConfigError
-from fedapp.registry import parse_run_config
-from fedapp.data.partitioners import DirichletHsuPartitioner, PathologicalHsuPartitioner
-from fedapp.experiment import round_lr
-from fedapp.models import build_model, param_count
+from fedapp.core.config import ConfigError
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.data.partitioners import DirichletHsuPartitioner, PathologicalHsuPartitioner
+from fedapp.core.experiment import round_lr
+from fedapp.core.models import build_model, param_count
 from tests.conftest import ROOT
 from tests.test_fedsmoo import A, quadratic
 
@@ -139,7 +139,7 @@ def test_fl_simulator_augmentation_flips_half_shifts_half_with_a_mean_colour_bor
     with p 0.5 zero-pads the *normalised* image by 4 (the mean colour) and crops 32x32 at a random offset;
     "standard" shifts every image, padding the raw image (black). Expected images are built by hand from
     the loader's draws (order, offsets, flips, then the simulator's p = 0.5 crop coin)."""
-    from fedapp.data import BatchLoader
+    from fedapp.core.data import BatchLoader
 
     n = 400
     x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))

@@ -9,11 +9,11 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, Result, Strategy
 
-from fedapp.client_app import app
-from fedapp.registry import parse_run_config
-from fedapp.inprocess import InProcessGrid
-from fedapp.records import from_record, to_record
-from fedapp.server_app import build_strategy
+from fedapp.runtime.client_app import app
+from fedapp.runtime.registry import parse_run_config
+from fedapp.runtime.inprocess import InProcessGrid
+from fedapp.core.records import from_record, to_record
+from fedapp.runtime.server_app import build_strategy
 from strategies.base import FedStrategy
 from strategies.pefll import PeFLL
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from fedapp import launch as launcher
-from fedapp.config import ConfigError
-from fedapp.launch import (BIN, LAUNCH_ID, RunStopped, flwr_env, free_port_base, launch, launched_processes,
-                           run_status, stop_local_superlink)
+from fedapp.runtime import launch as launcher
+from fedapp.core.config import ConfigError
+from fedapp.runtime.launch import (BIN, LAUNCH_ID, RunStopped, flwr_env, free_port_base, launch, launched_processes,
+                                   run_status, stop_local_superlink)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,11 +71,11 @@ def test_flwr_run_bad_config_fails_before_training(tmp_path, monkeypatch):
 
 
 def test_ctrl_c_stops_the_run_and_its_processes(tmp_path):
-    """Ctrl-C on `python -m fedapp.launch` stops the run on the SuperLink and every process it
+    """Ctrl-C on `python -m fedapp.runtime.launch` stops the run on the SuperLink and every process it
     started (SuperExec, simulation, Ray), exits 130 and keeps the rounds so far with their plot."""
     results, home, token = tmp_path / "results", tmp_path / "flwr-home", uuid.uuid4().hex
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fedapp.launch", "--flwr-home", str(home),
+        [sys.executable, "-m", "fedapp.runtime.launch", "--flwr-home", str(home),
          "--run-config", f"num-server-rounds=1000 num-clients=2 local-steps=20 results-dir='{results}' run-name='r'"],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), LAUNCH_ID: token},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -132,7 +132,7 @@ def test_timeout_stops_the_run_and_its_processes(tmp_path):
 def test_the_superlink_starts_beside_the_check_and_stops_with_a_bad_config(tmp_path, monkeypatch):
     """The launcher starts the local SuperLink and the `flwr` process that will submit before it checks
     the run config, so they run beside the check; when it fails, both are stopped and nothing was submitted."""
-    import fedapp.preflight
+    import fedapp.runtime.preflight
 
     home, token = tmp_path / "flwr-home", uuid.uuid4().hex
     monkeypatch.setenv(LAUNCH_ID, token)
@@ -143,7 +143,7 @@ def test_the_superlink_starts_beside_the_check_and_stops_with_a_bad_config(tmp_p
                      for pid in launched_processes(home, token)])
         raise ConfigError("run config 'model' = 'x': checked")
 
-    monkeypatch.setattr(fedapp.preflight, "check", check)
+    monkeypatch.setattr(fedapp.runtime.preflight, "check", check)
     with pytest.raises(ConfigError, match="checked"):
         launch("model='x'", home=home, stream=False, timeout=60)
     # the SuperLink (the script, under its python) and the `flwr` that will submit, importing
@@ -193,13 +193,13 @@ def test_the_prewarmed_flwr_builds_flowers_own_fab_without_walking_ignored_folde
     same bytes beforehand from ``app_files``, which leaves out the folders .gitignore drops."""
     from flwr.cli.build import build_fab_from_disk, build_fab_from_files
 
-    from fedapp.launch import ROOT, app_files
+    from fedapp.runtime.launch import ROOT, app_files
 
     app = tmp_path / "app"
     (app / "fedapp").mkdir(parents=True)
     (app / "pyproject.toml").write_bytes((ROOT / "pyproject.toml").read_bytes())
     (app / ".gitignore").write_text(".venv/\n/results/\n")
-    for name in ("fedapp/server_app.py", "strategies/fedavg.py", "clients/base.py", "README.md", "LICENSE"):
+    for name in ("fedapp/runtime/server_app.py", "strategies/fedavg.py", "clients/base.py", "README.md", "LICENSE"):
         (app / name).parent.mkdir(exist_ok=True)
         (app / name).write_text("x = 1\n")
     for folder in (".venv/lib", "results/run", "fedapp/results"):  # the last one is not ignored
@@ -207,6 +207,6 @@ def test_the_prewarmed_flwr_builds_flowers_own_fab_without_walking_ignored_folde
         (app / folder / "mod.py").write_text("y = 2\n")
     files = app_files(app)
     assert sorted(files) == [".gitignore", "LICENSE", "README.md", "clients/base.py", "fedapp/results/mod.py",
-                             "fedapp/server_app.py", "pyproject.toml", "strategies/fedavg.py"]
+                             "fedapp/runtime/server_app.py", "pyproject.toml", "strategies/fedavg.py"]
     assert build_fab_from_files(files)[0] == build_fab_from_disk(app)
     assert build_fab_from_files(app_files(ROOT))[0] == build_fab_from_disk(ROOT)  # this checkout

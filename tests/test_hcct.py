@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import clients.base
-from fedapp.config import ConfigError
-from fedapp.registry import parse_run_config
-from fedapp.inprocess import InProcessGrid, run_local
+from fedapp.core.config import ConfigError
+from fedapp.runtime.registry import parse_run_config
+from fedapp.runtime.inprocess import InProcessGrid, run_local
 from strategies.base import weighted_mean
 from strategies.hcct import group_utility, hierarchical_partition, merge_benefit
 
@@ -166,7 +166,7 @@ def test_learned_groups_are_logged_and_alpha_decides(small_config, tmp_path):
 
 
 def test_newcomer_trains_alone_from_the_initial_model_then_is_placed(small_config, monkeypatch):
-    from fedapp.client_app import app
+    from fedapp.runtime.client_app import app
 
     seen = record_payloads(monkeypatch)
     run_config = {**small_config, "strategy": "hcct", "hcct.alpha": 1e6, "num-server-rounds": 4,

@@ -10,12 +10,12 @@ from clients.fedavg import FedAvgClient
 from clients.fedfa import FedFAClient
 from clients.ifca import IFCAClient
 from clients.maxfl import MaxFLClient
-from fedapp.client_app import app
-from fedapp.registry import parse_run_config
-from fedapp.experiment import client_data, dataset, model_for
-from fedapp.inprocess import InProcessGrid, run_local
-from fedapp.records import content_bytes, make_content
-from fedapp.training import evaluate
+from fedapp.runtime.client_app import app
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.experiment import client_data, dataset, model_for
+from fedapp.runtime.inprocess import InProcessGrid, run_local
+from fedapp.core.records import content_bytes, make_content
+from fedapp.core.training import evaluate
 from strategies.driver import Reply
 from strategies.fedavg import FedAvg
 from strategies.fedfa import FedFA

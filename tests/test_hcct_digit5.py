@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fedapp.data import load_dataset, partition_indices
-from fedapp.data.sources import DIGIT5_DOMAINS
+from fedapp.core.data import load_dataset, partition_indices
+from fedapp.core.data.sources import DIGIT5_DOMAINS
 
 # each domain's native image format: MNIST 28x28 grey, MNIST-M/SVHN/Syn 32x32 RGB, USPS 16x16 grey
 FORMATS = {"mnist": ("L", 28), "mnistm": ("RGB", 32), "svhn": ("RGB", 32), "syn": ("RGB", 32), "usps": ("L", 16)}

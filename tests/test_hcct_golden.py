@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from clients.hcct import HCCTClient
-from fedapp.registry import parse_run_config
-from fedapp.experiment import ClientData
-from fedapp.models import build_model
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.experiment import ClientData
+from fedapp.core.models import build_model
 from strategies.driver import ClientInfo, Reply
 from strategies.hcct import HCCT
 

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from fedapp.registry import parse_run_config
-from fedapp.data.partitioners import half_classes_test_split, hcct_shard_counts, partition_indices
-from fedapp.experiment import dataset, model_for
-from fedapp.models import build_model
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.data.partitioners import half_classes_test_split, hcct_shard_counts, partition_indices
+from fedapp.core.experiment import dataset, model_for
+from fedapp.core.models import build_model
 from strategies.ifca import IFCA
-from fedapp.inprocess import run_local
+from fedapp.runtime.inprocess import run_local
 from simulations.hcct.report import errors
 
 
@@ -135,8 +135,8 @@ def test_independent_with_partial_participation_keeps_every_client_alone(small_c
 def test_table2_local_test_from_the_test_split():
     # Table II: each client trains on its whole share; its local test set is the test split cut the
     # same way (clients 1 and 2 share classes 0-4 as 1:4, on different examples; client 3 classes 5-9)
-    from fedapp.config import ConfigError
-    from fedapp.experiment import client_data, partitions
+    from fedapp.core.config import ConfigError
+    from fedapp.core.experiment import client_data, partitions
 
     cfg = parse_run_config({"dataset": "synthetic", "partition": "half-classes", "num-clients": 3, "seed": 1,
                             "test-fraction": 0.5, "local-test": "test-split"})

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from clients.fedavg import FedAvgClient
-from fedapp.config import ConfigError
-from fedapp.registry import parse_run_config
-from fedapp.experiment import ClientData, client_data
-from fedapp.inprocess import run_local
-from fedapp.training import evaluate
+from fedapp.core.config import ConfigError
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.experiment import ClientData, client_data
+from fedapp.runtime.inprocess import run_local
+from fedapp.core.training import evaluate
 from tests.test_pefll import image_config  # noqa: F401  (fixture)
 
 # One row of logits per test example; the model below returns row i for input e_i.

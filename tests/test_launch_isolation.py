@@ -12,7 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
-from fedapp.launch import launched_processes
+from fedapp.runtime.launch import launched_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ("pyproject.toml", "README.md", "LICENSE", ".gitignore", "fedapp", "strategies", "clients")
@@ -59,7 +59,8 @@ def test_launches_are_isolated(tmp_path):
             # every training reply non-finite, so dropped: a run that learns nothing
             b: f"{common} num-server-rounds=3 fault-fraction=1.0 fault-kind='nan'"}
     try:
-        procs = {root: subprocess.Popen([sys.executable, "-m", "fedapp.launch", "--timeout", "300", "--run-config", rc],
+        procs = {root: subprocess.Popen([sys.executable, "-m", "fedapp.runtime.launch", "--timeout", "300",
+                                         "--run-config", rc],
                                         cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                  for root, rc in runs.items()}

@@ -1,20 +1,20 @@
-"""fedapp's client updates called from a user's own ClientApp (fedapp.library)."""
+"""fedapp's client updates called from a user's own ClientApp (fedapp.runtime.library)."""
 
 import pytest
 import torch
 from flwr.clientapp import ClientApp
 
-from fedapp import library
-from fedapp.registry import parse_run_config
-from fedapp.experiment import client_data, model_for
-from fedapp.inprocess import run_local
+from fedapp.runtime import library
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.experiment import client_data, model_for
+from fedapp.runtime.inprocess import run_local
 
 TIMINGS = {"train-seconds", "round-seconds", "wall-time"}
 
 
 def own_clientapp(strategy: str, run_config: dict) -> ClientApp:
     """A ClientApp of the kind docs/flower-library.md shows: its own model and data (here fedapp's
-    partition of the synthetic data, as tensors), fedapp's update through fedapp.library."""
+    partition of the synthetic data, as tensors), fedapp's update through fedapp.runtime.library."""
     cfg = parse_run_config(run_config)
     app = ClientApp()
 

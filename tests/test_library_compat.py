@@ -1,4 +1,4 @@
-"""One test per hook of fedapp/compat.py: what fedapp uses of Flower beyond its public API."""
+"""One test per hook of fedapp/core/compat.py: what fedapp uses of Flower beyond its public API."""
 
 import inspect
 
@@ -10,7 +10,7 @@ from flwr.clientapp import ClientApp
 from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.serverapp import Grid
 
-from fedapp import compat
+from fedapp.core import compat
 
 
 def test_lacks_handler_recognises_a_clientapp_without_that_function():
@@ -78,12 +78,12 @@ def test_app_component_reads_the_app_folder_first_on_sys_path(tmp_path, monkeypa
     for name, clientapp in (("other", "other.client:app"), ("app", "mine.client_app:app")):
         (tmp_path / name).mkdir()
         (tmp_path / name / "pyproject.toml").write_text(
-            f'[tool.flwr.app.components]\nserverapp = "fedapp.server_app:app"\nclientapp = "{clientapp}"\n')
+            f'[tool.flwr.app.components]\nserverapp = "fedapp.runtime.server_app:app"\nclientapp = "{clientapp}"\n')
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / "pyproject.toml").write_text('[project]\nname = "not-a-flower-app"\n')
     monkeypatch.setattr("sys.path", [str(tmp_path / d) for d in ("plain", "app", "other")])
     assert compat.app_component("clientapp") == "mine.client_app:app"
-    assert compat.app_component("serverapp") == "fedapp.server_app:app"
+    assert compat.app_component("serverapp") == "fedapp.runtime.server_app:app"
     monkeypatch.setattr("sys.path", [str(tmp_path / "plain")])
     assert compat.app_component("clientapp") is None
 
@@ -104,7 +104,7 @@ def test_flwr_cli_runs_flower_with_the_fab_built_beforehand(tmp_path, monkeypatc
 
     from flwr.cli.build import build_fab_from_disk
 
-    from fedapp.launch import ROOT, app_files
+    from fedapp.runtime.launch import ROOT, app_files
 
     run = importlib.import_module("flwr.cli.run.run")
     monkeypatch.setattr(run, "build_fab_from_disk", run.build_fab_from_disk)  # undone after the test

@@ -9,10 +9,10 @@ import time
 import pytest
 import torch
 
-from fedapp.config import ConfigError
-from fedapp.inprocess import run_local
-from fedapp.launch import (BIN, flwr_env, free_port_base, start_local_superlink, stop_local_superlink,
-                           wait_for_superlink)
+from fedapp.core.config import ConfigError
+from fedapp.runtime.inprocess import run_local
+from fedapp.runtime.launch import (BIN, flwr_env, free_port_base, start_local_superlink, stop_local_superlink,
+                                   wait_for_superlink)
 from strategies.driver import FLOWER_METRICS, app_is_plain
 
 from conftest import ROOT

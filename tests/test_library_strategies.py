@@ -4,14 +4,14 @@ strategies by name (``flwr:<Name>``)."""
 import pytest
 import torch
 
-from fedapp import checkpoint, preflight
-from fedapp.client_app import app as client_app
-from fedapp.config import ConfigError
-from fedapp.registry import parse_run_config
-from fedapp.experiment import dataset, model_for
-from fedapp.inprocess import InProcessGrid, run_local
-from fedapp.records import to_record
-from fedapp.registry import algorithms
+from fedapp.runtime import checkpoint, preflight
+from fedapp.runtime.client_app import app as client_app
+from fedapp.core.config import ConfigError
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.experiment import dataset, model_for
+from fedapp.runtime.inprocess import InProcessGrid, run_local
+from fedapp.core.records import to_record
+from fedapp.runtime.registry import algorithms
 from strategies.fedavg import FedAvg
 from strategies.fedsmoo import FedSMOO
 

@@ -3,8 +3,8 @@ each exchange spread over two forked workers is bit-identical to the serial run.
 
 import torch
 
-from fedapp.client_app import app
-from fedapp.inprocess import InProcessGrid, run_local
+from fedapp.runtime.client_app import app
+from fedapp.runtime.inprocess import InProcessGrid, run_local
 
 
 def test_two_workers_give_the_serial_run_bit_for_bit(small_config):
@@ -51,7 +51,7 @@ def test_gpu_runs_spawn_workers_that_import_the_app(small_config, monkeypatch):
     """Where the clients would train on CUDA the workers are spawned, not forked, and import
     fedapp's ClientApp by name; the run is still the serial one (here on the CPU: torch in the
     spawned workers finds no GPU)."""
-    import fedapp.inprocess as inprocess
+    import fedapp.runtime.inprocess as inprocess
 
     cfg = {**small_config, "strategy": "fedavg", "num-server-rounds": 1, "num-threads": 1, "device": "auto"}
     serial = run_local({**cfg, "local-workers": 1})

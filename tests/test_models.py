@@ -1,9 +1,9 @@
-"""Tests for fedapp.models: shapes, exact ResNet-20 size, and the layer-group contract strategies rely on."""
+"""Tests for fedapp.core.models: shapes, exact ResNet-20 size, and the layer-group contract strategies rely on."""
 import pytest
 import torch
 from torch import nn
 
-from fedapp.models import MODELS, TEXT_MODELS, body_head_keys, build_model, layer_groups, param_count
+from fedapp.core.models import MODELS, TEXT_MODELS, body_head_keys, build_model, layer_groups, param_count
 
 IMAGE_SHAPES = [(3, 32, 32), (1, 28, 28)]
 VOCAB = 30

@@ -17,13 +17,13 @@ import pytest
 import torch
 from flwr.app import MessageType
 
-import fedapp.files
-from fedapp import checkpoint, preflight
-from fedapp.client_app import app
-from fedapp.config import ConfigError
-from fedapp.registry import parse_run_config
-from fedapp.inprocess import InProcessGrid, run_local
-from fedapp.results import ResultsWriter, run_dir
+import fedapp.core.files
+from fedapp.runtime import checkpoint, preflight
+from fedapp.runtime.client_app import app
+from fedapp.core.config import ConfigError
+from fedapp.runtime.registry import parse_run_config
+from fedapp.runtime.inprocess import InProcessGrid, run_local
+from fedapp.runtime.results import ResultsWriter, run_dir
 from test_reliability import same_rows, tensors
 
 
@@ -62,13 +62,13 @@ class Disk:
         self.tmpfs = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(path)],
                                     capture_output=True).returncode == 0
         if not self.tmpfs:
-            fsync = fedapp.files.os.fsync
+            fsync = fedapp.core.files.os.fsync
 
             def failing(fd):
                 if self.full:
                     raise OSError(errno.ENOSPC, "No space left on device")
                 fsync(fd)
-            monkeypatch.setattr(fedapp.files.os, "fsync", failing)
+            monkeypatch.setattr(fedapp.core.files.os, "fsync", failing)
 
     def fill(self):
         self.full = True
@@ -103,7 +103,7 @@ def test_full_disk_keeps_last_checkpoint(disk, small_config, tmp_path, monkeypat
     not be written, the space left and the last complete checkpoint; no temporary file stays; the
     checkpoint is round 1's, whole; once space is freed the run resumes from it and ends as the
     run that never lacked space."""
-    monkeypatch.setattr("fedapp.results.plot", lambda *a, **kw: None)
+    monkeypatch.setattr("fedapp.runtime.results.plot", lambda *a, **kw: None)
     run_config = {**small_config, "strategy": "scaffold", "num-server-rounds": 3, "fraction-train": 0.5,
                   "results-dir": str(disk.path)}
     full = run_local({**run_config, "results-dir": str(tmp_path / "roomy")})
@@ -136,7 +136,7 @@ def test_full_disk_keeps_last_checkpoint(disk, small_config, tmp_path, monkeypat
 
 def test_a_run_whose_first_checkpoint_fails_can_restart(disk, small_config, monkeypatch):
     """A disk full before round 1: the run names the file and says no checkpoint was written."""
-    monkeypatch.setattr("fedapp.results.plot", lambda *a, **kw: None)
+    monkeypatch.setattr("fedapp.runtime.results.plot", lambda *a, **kw: None)
     monkeypatch.setattr(checkpoint, "due", lambda cfg, rnd: disk.fill() or True)
     with pytest.raises(RuntimeError, match=r"no space left to write .*checkpoint\.pt .*no checkpoint was written"):
         run_local({**small_config, "results-dir": str(disk.path)})
@@ -175,7 +175,7 @@ def test_a_first_round_without_valid_replies_fails_the_run(small_config):
 def test_max_empty_rounds_in_a_row_fail_the_run(small_config, monkeypatch):
     """From round 2 every reply is dropped: with max-empty-rounds = 2 the run stops in round 3
     with the reasons counted; with 0 it runs to the end, every later round skipped."""
-    monkeypatch.setattr("fedapp.results.plot", lambda *a, **kw: None)
+    monkeypatch.setattr("fedapp.runtime.results.plot", lambda *a, **kw: None)
     cfg = {**small_config, "num-server-rounds": 5, "max-empty-rounds": 2}
     with pytest.raises(RuntimeError, match=r"^round 3: no valid training reply in 2 rounds in a row "
                                            r"\(max-empty-rounds\), so the run stops; dropped replies by reason: "

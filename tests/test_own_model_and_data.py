@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-from fedapp.config import ConfigError
-from fedapp.data import load_dataset, prepare, sources
-from fedapp.data.tables import ColumnError, infer_columns
-from fedapp.data.text import CharTokenizer, PAD, speaking_roles, token_dtype
-from fedapp.inprocess import InProcessGrid, run_local
-from fedapp.models import build_model
-from fedapp.preflight import check
+from fedapp.core.config import ConfigError
+from fedapp.core.data import load_dataset, prepare, sources
+from fedapp.core.data.tables import ColumnError, infer_columns
+from fedapp.core.data.text import CharTokenizer, PAD, speaking_roles, token_dtype
+from fedapp.runtime.inprocess import InProcessGrid, run_local
+from fedapp.core.models import build_model
+from fedapp.runtime.preflight import check
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "own-model"
@@ -52,7 +52,7 @@ SETTINGS = {"fedavg": {}, "fedprox": {"fedprox.proximal-mu": 0.01}, "scaffold": 
 def test_own_model_and_csv_data(tmp_path, monkeypatch, strategy, via):
     cfg = example_config(tmp_path, strategy=strategy, **SETTINGS[strategy])
     if via == "flwr run":
-        from fedapp.launch import LAUNCH_ID, launch
+        from fedapp.runtime.launch import LAUNCH_ID, launch
 
         monkeypatch.setenv("PYTHONPATH", f"{EXAMPLE}:{ROOT}")  # the user's package, for Flower's processes
         monkeypatch.setenv(LAUNCH_ID, uuid.uuid4().hex)
@@ -266,7 +266,7 @@ def test_hub_dataset_offline_is_one_clear_line(tmp_path, monkeypatch):
 def test_each_site_trains_on_its_own_table(tmp_path):
     import pandas as pd
 
-    from fedapp.client_app import app
+    from fedapp.runtime.client_app import app
 
     frame = pd.read_csv(DATA / "train.csv")
     sites = []

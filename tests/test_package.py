@@ -56,7 +56,7 @@ def test_license_file_matches_pyproject():
 def test_app_bundle_ships_code_and_no_results():
     fab = zipfile.ZipFile(io.BytesIO(build_fab_from_disk(ROOT)))
     names = fab.namelist()
-    assert {"fedapp/server_app.py", "fedapp/client_app.py", "strategies/fedavg.py", "clients/base.py",
+    assert {"fedapp/runtime/server_app.py", "fedapp/runtime/client_app.py", "strategies/fedavg.py", "clients/base.py",
             "LICENSE"} <= set(names)
     assert not [n for n in names if n.split("/")[0] in ("results", "simulations", "tests", "docs", ".flwr-home")]
     assert sum(i.file_size for i in fab.infolist()) < 2 * 2**20

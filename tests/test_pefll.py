@@ -6,11 +6,11 @@ import torch
 from PIL import Image
 
 from clients.pefll import PeFLLClient, descriptor
-from fedapp.client_app import app as client_app
-from fedapp.config import ConfigError
-from fedapp.registry import parse_run_config
-from fedapp.experiment import client_data, dataset, model_for
-from fedapp.inprocess import InProcessGrid, run_local
+from fedapp.runtime.client_app import app as client_app
+from fedapp.core.config import ConfigError
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.experiment import client_data, dataset, model_for
+from fedapp.runtime.inprocess import InProcessGrid, run_local
 from strategies.pefll import PeFLL, embed_dim
 
 

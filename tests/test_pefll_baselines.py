@@ -15,10 +15,10 @@ from clients.knnper import KNNPerClient, knn_probabilities
 from clients.pefll import PeFLLClient
 from clients.perfedavg import PerFedAvgClient
 from clients.pfedme import PFedMeClient
-from fedapp.registry import parse_run_config
-from fedapp.data import pfedhn_partitions
-from fedapp.experiment import ClientData, client_data, dataset, model_for
-from fedapp.models import body_head_keys
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.data import pfedhn_partitions
+from fedapp.core.experiment import ClientData, client_data, dataset, model_for
+from fedapp.core.models import body_head_keys
 from simulations.pefll.flbench_golden import SHAPES, batches, client_tensors, init_value
 from strategies.base import weighted_mean
 from strategies.driver import Reply
@@ -346,7 +346,7 @@ def test_knnper_cross_validation_picks_what_predicts():
                                        ("pfedme.lambda", -1.0), ("pfedme.beta", 3.0), ("knnper.scale", 0.0),
                                        ("knnper.folds", 1)])
 def test_new_baselines_refuse_bad_keys_in_one_line(key, value):
-    from fedapp.config import ConfigError
+    from fedapp.core.config import ConfigError
 
     with pytest.raises(ConfigError) as err:
         parse_run_config({"strategy": key.split(".")[0], key: value})

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedapp.registry import parse_run_config
+from fedapp.runtime.registry import parse_run_config
 from simulations.run import read
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "simulations" / "pefll"))

@@ -16,10 +16,10 @@ import pytest
 import torch
 from PIL import Image
 
-import fedapp.client_app
+import fedapp.runtime.client_app
 from clients.pefll import PeFLLClient
-from fedapp.experiment import ClientData
-from fedapp.inprocess import run_local
+from fedapp.core.experiment import ClientData
+from fedapp.runtime.inprocess import run_local
 from simulations.pefll.authors_golden import CLASSES, client_tensors, init_value
 from strategies.pefll import PeFLL
 
@@ -51,7 +51,7 @@ def golden_run(tmp_path, monkeypatch):
         d = client_tensors(pid)
         data[pid] = ClientData(pid, torch.from_numpy(d["train_x"]), torch.from_numpy(d["train_y"]),
                                torch.from_numpy(d["test_x"]), torch.from_numpy(d["test_y"]), 10, (), (), False)
-    monkeypatch.setattr(fedapp.client_app, "client_data", lambda cfg, pid, data_dir=None: data[pid])
+    monkeypatch.setattr(fedapp.runtime.client_app, "client_data", lambda cfg, pid, data_dir=None: data[pid])
 
     # the recorded batches, consumed in their order: one for the descriptor, then k inner ones
     queue = {pid: list(b) for pid, b in enumerate(GOLDEN["batches"])}

@@ -2,8 +2,8 @@
 
 import torch
 
-from fedapp.registry import parse_run_config
-from fedapp.experiment import dataset, model_for
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.experiment import dataset, model_for
 from simulations.pefll.tables import PAPER
 from simulations.run import read
 from strategies.pefll import PeFLL, embed_dim

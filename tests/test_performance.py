@@ -16,11 +16,11 @@ import torch
 import torch.nn.functional as F
 from flwr.app import Array, ArrayRecord
 
-import fedapp.client_app
-from fedapp.client_app import app
-from fedapp.data.loader import PAD, crop_flip
-from fedapp.inprocess import InProcessGrid, run_local
-from fedapp.records import array_numpy
+import fedapp.runtime.client_app
+from fedapp.runtime.client_app import app
+from fedapp.core.data.loader import PAD, crop_flip
+from fedapp.runtime.inprocess import InProcessGrid, run_local
+from fedapp.core.records import array_numpy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,7 +67,7 @@ def test_spilled_client_state_gives_the_same_run(small_config, tmp_path):
 
 
 def test_evaluation_batches_of_128_on_cpu_with_the_same_numbers():
-    from fedapp.training import evaluate
+    from fedapp.core.training import evaluate
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 5))
@@ -82,9 +82,9 @@ def test_evaluation_batches_of_128_on_cpu_with_the_same_numbers():
 
 
 def test_cpu_evaluation_runs_channels_last_with_the_nchw_numbers():
-    from fedapp.data import prepare
-    from fedapp.models import build_model
-    from fedapp.training import evaluate
+    from fedapp.core.data import prepare
+    from fedapp.core.models import build_model
+    from fedapp.core.training import evaluate
 
     torch.manual_seed(0)
     model = build_model("hcct-cnn", (3, 32, 32), 10).eval()
@@ -106,23 +106,24 @@ def test_ray_workers_keep_the_priority_of_the_run_and_none_idle_is_prestarted(mo
     """Ray would start the simulated clients at nice 15, and prestart idle workers that the clients'
     actors do not use; the ClientApp module, which the simulation process imports before it starts Ray,
     asks for the run's own priority and no prestarted workers, unless the user set these."""
-    saved = dict(vars(fedapp.client_app))  # a reload rebinds `app`, which other tests hold by identity
+    saved = dict(vars(fedapp.runtime.client_app))  # a reload rebinds `app`, which other tests hold by identity
     try:
         for user, expected in ((None, ours), ("7", "7")):
             if user is None:
                 monkeypatch.delenv(key, raising=False)
             else:
                 monkeypatch.setenv(key, user)
-            importlib.reload(fedapp.client_app)
+            importlib.reload(fedapp.runtime.client_app)
             assert os.environ[key] == expected
     finally:
-        vars(fedapp.client_app).update(saved)
+        vars(fedapp.runtime.client_app).update(saved)
 
 
 def test_a_client_process_does_not_load_the_superlink():
     """What a Ray worker loads for a message (the ClientApp, the run config with every algorithm's
     keys, the algorithm's client) leaves out flwr.superlink, which only a server needs."""
-    code = ("import sys, fedapp.client_app\nfrom fedapp import registry\nfrom fedapp.registry import parse_run_config\n"
+    code = ("import sys, fedapp.runtime.client_app\nfrom fedapp.runtime import registry\n"
+            "from fedapp.runtime.registry import parse_run_config\n"
             "registry.get(parse_run_config({'strategy': 'pefll', 'model': 'lenet'}).strategy)\n"
             "print(sorted(m for m in sys.modules if m.startswith('flwr.superlink')))")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -165,7 +166,7 @@ def test_partition_figure_draws_the_counts_as_flower_datasets_does():
     import datasets
     from flwr_datasets.visualization import plot_label_distributions
 
-    from fedapp.results import partition_figure
+    from fedapp.runtime.results import partition_figure
 
     class Fixed:  # partitions in flwr-datasets' Partitioner shape
         dataset = datasets.Dataset.from_dict({"label": np.random.default_rng(0).integers(0, 4, 300)})
@@ -191,7 +192,7 @@ def test_partition_figure_draws_the_counts_as_flower_datasets_does():
 
 
 def test_partition_names_are_the_partitioners():
-    from fedapp.data import PARTITION_NAMES, PARTITIONERS
+    from fedapp.core.data import PARTITION_NAMES, PARTITIONERS
 
     assert PARTITION_NAMES == tuple(PARTITIONERS)
 
@@ -199,8 +200,8 @@ def test_partition_names_are_the_partitioners():
 def test_cached_partitions_equal_the_computed_ones(tmp_path, monkeypatch):
     """The index arrays read from the cache are the partitioners' own, for a list (partitions) and
     a tuple of lists (pfedhn); other inputs make another file."""
-    from fedapp import experiment
-    from fedapp.data.partitioners import partition_indices, pfedhn_partitions
+    from fedapp.core import experiment
+    from fedapp.core.data.partitioners import partition_indices, pfedhn_partitions
 
     monkeypatch.setenv("FEDAPP_CACHE", str(tmp_path))
     labels = np.random.default_rng(0).integers(0, 10, 500)
@@ -228,7 +229,7 @@ def test_cached_dataset_is_mapped_from_its_file_and_writes_stay_private(tmp_path
     """The decoded images come back from the cache as a copy-on-write mapping of the file, both when
     the file is written and when it is read again: processes share the pages and none of them can
     change the file."""
-    from fedapp.data import sources
+    from fedapp.core.data import sources
 
     monkeypatch.setenv("FEDAPP_CACHE", str(tmp_path))
     images = torch.randint(0, 256, (300, 3, 8, 8), dtype=torch.uint8)
@@ -246,18 +247,19 @@ def test_a_client_process_leaves_the_partitioners_and_their_packages_out(small_c
     """Once the run's partitions are cached (the launcher's check computes them), a client process
     serves its messages without Hugging Face datasets, flwr-datasets, pandas or matplotlib (1.4 CPU s
     of imports) and gets the same client data."""
-    code = ("import json, sys\nimport numpy as np\nimport fedapp.client_app as ca\n"
-            "from fedapp.registry import parse_run_config\n"
+    code = ("import json, sys\nimport numpy as np\nimport fedapp.runtime.client_app as ca\n"
+            "from fedapp.runtime.registry import parse_run_config\n"
             "cfg = parse_run_config(json.loads(sys.argv[1]))\n"
             "data = [ca.cached_client_data(cfg, pid, None) for pid in range(cfg.num_clients)]\n"
             "print(json.dumps([[int(x) for x in d.train_y] for d in data]))\n"
-            "print(sorted(m for m in ('datasets', 'flwr_datasets', 'pandas', 'matplotlib', 'fedapp.data.partitioners')"
-            " if m in sys.modules))")
+            "print(sorted(m for m in ('datasets', 'flwr_datasets', 'pandas', 'matplotlib',"
+            " 'fedapp.core.data.partitioners') if m in sys.modules))")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FEDAPP_CACHE": str(tmp_path / "cache")}
     cfg = json.dumps({**small_config, "partition": "dirichlet", "partition-alpha": 0.5})
     first = subprocess.run([sys.executable, "-c", code, cfg], env=env, capture_output=True, text=True, check=True)
     again = subprocess.run([sys.executable, "-c", code, cfg], env=env, capture_output=True, text=True, check=True)
-    assert first.stdout.split("\n")[-2] == "['datasets', 'fedapp.data.partitioners', 'flwr_datasets', 'matplotlib', 'pandas']"
+    assert first.stdout.split("\n")[-2] == ("['datasets', 'fedapp.core.data.partitioners', 'flwr_datasets', "
+                                           "'matplotlib', 'pandas']")
     assert again.stdout.split("\n")[-2] == "[]"
     assert again.stdout.split("\n")[-3] == first.stdout.split("\n")[-3]
 
@@ -267,7 +269,7 @@ def test_partition_indices_read_as_arrow_equal_the_row_by_row_reading(monkeypatc
     ones numpy gets by iterating the partitions' rows."""
     import datasets
 
-    from fedapp.data.partitioners import PARTITIONERS, partition_indices
+    from fedapp.core.data.partitioners import PARTITIONERS, partition_indices
 
     labels = np.random.default_rng(0).integers(0, 10, 400)
     natural = np.arange(400) % 8
@@ -291,10 +293,10 @@ class _RowByRow:
 
 def test_channels_last_training_gives_nchw_batches_values_and_model_up_to_rounding():
     from clients.base import FedClient
-    from fedapp.registry import parse_run_config
-    from fedapp.data import BatchLoader
-    from fedapp.experiment import ClientData
-    from fedapp.models import build_model
+    from fedapp.runtime.registry import parse_run_config
+    from fedapp.core.data import BatchLoader
+    from fedapp.core.experiment import ClientData
+    from fedapp.core.models import build_model
 
     g = torch.Generator().manual_seed(0)
     x, y = torch.randint(0, 256, (96, 3, 32, 32), dtype=torch.uint8, generator=g), torch.randint(0, 10, (96,), generator=g)

@@ -1,4 +1,4 @@
-"""``fedapp.pickup``: Flower's simulation engine takes pushed messages when the ServerApp wakes
+"""``fedapp.core.pickup``: Flower's simulation engine takes pushed messages when the ServerApp wakes
 it, not at its next 0.1 s tick; its real scanning function runs here on a stand-in LinkState."""
 
 import queue
@@ -7,7 +7,7 @@ import time
 
 from flwr.server.superlink.fleet.vce import vce_api
 
-from fedapp import pickup
+from fedapp.core import pickup
 
 
 class State:

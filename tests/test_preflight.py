@@ -12,10 +12,10 @@ import pytest
 import torch
 from PIL import Image
 
-from fedapp.config import ConfigError
-from fedapp.experiment import dataset
-from fedapp.inprocess import run_local
-from fedapp.preflight import check
+from fedapp.core.config import ConfigError
+from fedapp.core.experiment import dataset
+from fedapp.runtime.inprocess import run_local
+from fedapp.runtime.preflight import check
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -124,8 +124,8 @@ def _command_lines() -> list[str]:
 
 def test_launcher_names_a_config_error_in_one_line_within_seconds(tmp_path, floor):
     t0 = time.time()
-    out = subprocess.run([sys.executable, "-m", "fedapp.launch", "--flwr-home", str(tmp_path / "h"), "--run-config",
-                          "partition='pathological' partition-classes=11"],
+    out = subprocess.run([sys.executable, "-m", "fedapp.runtime.launch", "--flwr-home", str(tmp_path / "h"),
+                          "--run-config", "partition='pathological' partition-classes=11"],
                          cwd=ROOT, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
     elapsed = time.time() - t0
     assert out.returncode == 2
@@ -163,7 +163,7 @@ def test_release_data_gives_back_what_the_check_loaded(tmp_path):
     import gc
     import weakref
 
-    from fedapp import experiment
+    from fedapp.core import experiment
 
     experiment.release_data()  # what earlier tests left cached
     data = tree(tmp_path / "imgs")

@@ -2,7 +2,7 @@
 
 import json
 
-from fedapp.inprocess import run_local
+from fedapp.runtime.inprocess import run_local
 
 
 def test_progress_resume_notice_and_final_line(tmp_path, caplog, small_config):

@@ -12,13 +12,13 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from PIL import Image
 
-from fedapp import checkpoint, registry
-from fedapp.client_app import app, load_state
-from fedapp.config import ConfigError
-from fedapp.registry import parse_run_config
-from fedapp.faults import KINDS, faulty_partitions
-from fedapp.inprocess import InProcessGrid, run_local
-from fedapp.server_app import build_strategy
+from fedapp.runtime import checkpoint, registry
+from fedapp.runtime.client_app import app, load_state
+from fedapp.core.config import ConfigError
+from fedapp.runtime.registry import parse_run_config
+from fedapp.runtime.faults import KINDS, faulty_partitions
+from fedapp.runtime.inprocess import InProcessGrid, run_local
+from fedapp.runtime.server_app import build_strategy
 from strategies.driver import ClientInfo
 
 ROUNDS = 2
@@ -270,7 +270,7 @@ RESUME = [("fedavg", 2, 4), *[(n, 1, 3) for n in ("scaffold", "fedals", "hcct", 
 @pytest.mark.parametrize("name,every,crash_at", [pytest.param(*c, marks=registered(c[0])) for c in RESUME])
 def test_interrupted_run_resumed_from_checkpoint_equals_uninterrupted(name, every, crash_at, config, tmp_path,
                                                                       monkeypatch):
-    monkeypatch.setattr("fedapp.results.plot", lambda *a, **kw: None)  # seconds of matplotlib per run
+    monkeypatch.setattr("fedapp.runtime.results.plot", lambda *a, **kw: None)  # seconds of matplotlib per run
     rounds = 4
     base = config(name, **{"num-clients": 4, "num-server-rounds": rounds, "checkpoint-every": every,
                            "fraction-train": 1.0 if name == "hcct" else 0.5})
@@ -333,7 +333,7 @@ def test_resume_after_a_crash_mid_round_is_exact(name, config, tmp_path, monkeyp
     the run resumed from the round-2 checkpoint asks each client for its state of round 2, not
     the newer one, and ends bit for bit as the uninterrupted run: rows, server state and every
     client's state."""
-    monkeypatch.setattr("fedapp.results.plot", lambda *a, **kw: None)
+    monkeypatch.setattr("fedapp.runtime.results.plot", lambda *a, **kw: None)
     base = config(name, **{"num-clients": 4, "num-server-rounds": 4, "checkpoint-every": 1,
                            "fraction-train": 1.0 if name.startswith("hcct") else 0.5, "keep-client-state": True,
                            **({"fedals.alpha": 3} if name.startswith("fedals") else {}),
@@ -367,7 +367,7 @@ def test_resume_after_a_crash_mid_round_is_exact(name, config, tmp_path, monkeyp
 def test_resume_after_lost_client_state_says_which_clients_restart(config, tmp_path, monkeypatch, caplog):
     """A resume whose clients hold no state (a new simulation, wiped sites) goes on, and says in one
     line which partitions restart their state from scratch."""
-    monkeypatch.setattr("fedapp.results.plot", lambda *a, **kw: None)
+    monkeypatch.setattr("fedapp.runtime.results.plot", lambda *a, **kw: None)
     base = config("scaffold", **{"num-clients": 4, "num-server-rounds": 3, "checkpoint-every": 1,
                                  "fraction-train": 0.5})
     with pytest.raises(Crash):
@@ -384,7 +384,7 @@ def test_resume_after_lost_client_state_says_which_clients_restart(config, tmp_p
 
 
 def test_resume_refuses_a_checkpoint_of_other_settings(config, tmp_path, monkeypatch):
-    monkeypatch.setattr("fedapp.results.plot", lambda *a, **kw: None)
+    monkeypatch.setattr("fedapp.runtime.results.plot", lambda *a, **kw: None)
     base = config("fedavg", **{"num-clients": 4, "checkpoint-every": 1})
     run_local(base)
     with pytest.raises(ConfigError, match=r"lr \(0\.05 there, 0\.1 here\)"):

@@ -9,11 +9,11 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-import fedapp.spill
-from fedapp.client_app import app
-from fedapp.inprocess import InProcessGrid, run_local
-from fedapp.records import payload_of
-from fedapp.spill import spill
+import fedapp.core.spill
+from fedapp.runtime.client_app import app
+from fedapp.runtime.inprocess import InProcessGrid, run_local
+from fedapp.core.records import payload_of
+from fedapp.core.spill import spill
 from test_pefll import image_config  # noqa: F401  (a fixture)
 
 STRATEGIES = {
@@ -39,7 +39,7 @@ def test_spilled_replies_give_the_same_run(name, small_config, image_config, tmp
         cfg = {**small_config, "strategy": extra.pop("strategy", name), "fraction-evaluate": 0.5, **extra}
     in_memory = run_local({**cfg, "run-name": "memory"})
     written = []
-    monkeypatch.setattr(fedapp.spill.SpilledContent, "__init__", _counting(written))
+    monkeypatch.setattr(fedapp.core.spill.SpilledContent, "__init__", _counting(written))
     spilled = run_local({**cfg, "run-name": "spilled", "reply-memory-mb": 0.0,
                          "state-spill-dir": str(tmp_path / "spill")})
     rounds = cfg["num-server-rounds"]
@@ -51,7 +51,7 @@ def test_spilled_replies_give_the_same_run(name, small_config, image_config, tmp
 
 
 def _counting(written):
-    init = fedapp.spill.SpilledContent.__init__
+    init = fedapp.core.spill.SpilledContent.__init__
 
     def counted(self, content, directory=None):
         init(self, content, directory)
@@ -90,7 +90,7 @@ def test_the_server_holds_one_reply_at_a_time(small_config, tmp_path, monkeypatc
     import weakref
 
     alive = []
-    spill_at = fedapp.spill.spill
+    spill_at = fedapp.core.spill.spill
 
     def watching(content, directory=None):
         gc.collect()

@@ -2,7 +2,7 @@
 
 import warnings
 
-from fedapp.results import plot_series
+from fedapp.runtime.results import plot_series
 
 
 def test_a_plot_before_the_first_evaluation_is_written_without_a_legend_warning(tmp_path):
@@ -20,8 +20,8 @@ def test_the_plot_is_redrawn_at_most_every_plot_every_s_and_after_the_last_round
     once PLOT_EVERY_S has passed since the last drawing, and always after the last round."""
     import json
 
-    from fedapp import results
-    from fedapp.registry import parse_run_config
+    from fedapp.runtime import results
+    from fedapp.runtime.registry import parse_run_config
 
     clock = [1000.0]
     monkeypatch.setattr(results.time, "time", lambda: clock[0])

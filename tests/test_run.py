@@ -8,8 +8,8 @@ import tomllib
 import pytest
 from flwr.common.config import flatten_dict, fuse_dicts, parse_config_args
 
-from fedapp.registry import parse_run_config
-from fedapp.inprocess import run_local
+from fedapp.runtime.registry import parse_run_config
+from fedapp.runtime.inprocess import run_local
 from simulations import run as runner
 from tests.conftest import ROOT
 

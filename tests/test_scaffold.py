@@ -3,8 +3,8 @@
 import torch
 
 from clients.scaffold import option_two
-from fedapp.inprocess import run_local
-from fedapp.records import content_bytes, make_content
+from fedapp.runtime.inprocess import run_local
+from fedapp.core.records import content_bytes, make_content
 from strategies.fedavg import FedAvg
 
 
@@ -26,8 +26,8 @@ def test_first_round_equals_unweighted_fedavg(small_config, monkeypatch):
 
 def test_server_control_is_mean_of_client_controls_and_state_persists(small_config):
     """c = (1/N) sum_i c_i over all N clients, sampled or not, since every c_i starts at 0."""
-    from fedapp.client_app import app
-    from fedapp.inprocess import InProcessGrid
+    from fedapp.runtime.client_app import app
+    from fedapp.runtime.inprocess import InProcessGrid
 
     run_config = {**small_config, "strategy": "scaffold", "num-server-rounds": 3, "fraction-train": 0.5,
                   "fraction-evaluate": 0.0}

@@ -1,5 +1,5 @@
 """Poisoned replies, inflated example counts and partition claims: what a misbehaving site can
-do to a run (robust aggregation in strategies/base.py, attacks in fedapp/faults.py)."""
+do to a run (robust aggregation in strategies/base.py, attacks in fedapp/runtime/faults.py)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pytest
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
-from fedapp.client_app import app
-from fedapp.config import ConfigError
-from fedapp.registry import parse_run_config
-from fedapp.faults import INFLATED, faulty_partitions
-from fedapp.inprocess import InProcessGrid, run_local
-from fedapp.server_app import build_strategy
+from fedapp.runtime.client_app import app
+from fedapp.core.config import ConfigError
+from fedapp.runtime.registry import parse_run_config
+from fedapp.runtime.faults import INFLATED, faulty_partitions
+from fedapp.runtime.inprocess import InProcessGrid, run_local
+from fedapp.runtime.server_app import build_strategy
 from strategies.driver import ClientInfo, Reply
 from test_reliability import (BASELINES, _reference, config, image_tree, run, same_rows,  # noqa: F401
                               strategies, tensors)
@@ -165,7 +165,7 @@ def test_duplicate_partition_claim_is_refused(config, caplog):
 def test_results_are_never_overwritten(config, tmp_path, monkeypatch):
     """A second run with the same run-name writes to run-name-2; the first run's files stay as
     they were, and it can still be resumed in its own folder."""
-    monkeypatch.setattr("fedapp.results.plot", lambda *a, **kw: None)
+    monkeypatch.setattr("fedapp.runtime.results.plot", lambda *a, **kw: None)
     base = config("fedavg", **{"num-clients": 4, "checkpoint-every": 1})
     run_local(base)
     first = tmp_path / "results" / "r"

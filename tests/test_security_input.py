@@ -1,4 +1,4 @@
-"""Input a run reads from outside: checkpoints given as ``resume-from`` (fedapp/checkpoint.py),
+"""Input a run reads from outside: checkpoints given as ``resume-from`` (fedapp/runtime/checkpoint.py),
 client replies, which must belong to the message they answer and stay within their size limits
 (strategies/driver.py), and request bodies at the Fleet proxy (scripts/fleet_proxy.py)."""
 
@@ -18,12 +18,12 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, Met
 from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.supercore.task_identity import TaskIdentity
 
-from fedapp import checkpoint
-from fedapp.client_app import app
-from fedapp.config import ConfigError
-from fedapp.registry import parse_run_config
-from fedapp.inprocess import run_local
-from fedapp.server_app import build_strategy
+from fedapp.runtime import checkpoint
+from fedapp.runtime.client_app import app
+from fedapp.core.config import ConfigError
+from fedapp.runtime.registry import parse_run_config
+from fedapp.runtime.inprocess import run_local
+from fedapp.runtime.server_app import build_strategy
 from strategies.driver import REPLY_METRICS_MAX_KEYS, REPLY_RECORDS_MAX_BYTES, ClientInfo
 from test_deployment import ROOT, Federation, free_port
 from test_deployment_proxy import NGINX, wait_listening
@@ -44,7 +44,7 @@ def test_checkpoint_load_runs_no_code(config, tmp_path, monkeypatch):
     """A checkpoint that would call a function when unpickled is refused with one line naming
     ``resume-from`` and the function, before the function runs; a checkpoint fedapp wrote loads
     back to the same state."""
-    monkeypatch.setattr("fedapp.results.plot", lambda *a, **kw: None)
+    monkeypatch.setattr("fedapp.runtime.results.plot", lambda *a, **kw: None)
     base = config("scaffold", **{"num-clients": 4})
     strategy = build_strategy(parse_run_config(base))
     good = tmp_path / checkpoint.FILENAME
@@ -91,7 +91,7 @@ def test_replayed_reply_refused(config, monkeypatch):
     """Partition 0 sends its round-1 training reply again in rounds 2 and 3 (valid arrays and
     metrics, only made for another message): it is dropped as ``replayed``, and the run's rows and
     state equal those of a run where that reply was an error (but for the bytes it brought)."""
-    monkeypatch.setattr("fedapp.results.plot", lambda *a, **kw: None)
+    monkeypatch.setattr("fedapp.runtime.results.plot", lambda *a, **kw: None)
     cfg = config("fedavg", **{"num-clients": 4, "num-server-rounds": 3, "fraction-train": 1.0})
     replayed = run_local(cfg, client_app=Replaying(replay=True))
     dropped = run_local({**cfg, "run-name": "dropped"}, client_app=Replaying(replay=False))

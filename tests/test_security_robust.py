@@ -1,5 +1,5 @@
 """Robust aggregation on every strategy, and the default defence against poisoned replies
-(``aggregation`` in strategies/base.py, the defence in strategies/driver.py, attacks in fedapp/faults.py)."""
+(``aggregation`` in strategies/base.py, the defence in strategies/driver.py, attacks in fedapp/runtime/faults.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
-from fedapp import checkpoint, faults, preflight, registry
-from fedapp.config import ConfigError
-from fedapp.registry import parse_run_config
-from fedapp.client_app import app
-from fedapp.inprocess import InProcessGrid, run_local
-from fedapp.server_app import build_strategy
+from fedapp.runtime import checkpoint, faults, preflight, registry
+from fedapp.core.config import ConfigError
+from fedapp.runtime.registry import parse_run_config
+from fedapp.runtime.client_app import app
+from fedapp.runtime.inprocess import InProcessGrid, run_local
+from fedapp.runtime.server_app import build_strategy
 from strategies.driver import ClientInfo, Reply
 from simulations import attacks
 from test_reliability import EXTRA, config, image_tree, run  # noqa: F401

@@ -1,4 +1,4 @@
-"""Sites bound to SuperNode keys (``site-keys``, fedapp/sites.py): which node may serve which
+"""Sites bound to SuperNode keys (``site-keys``, fedapp/core/sites.py): which node may serve which
 partition is decided by its public key, as the SuperLink reports it, not by who answers first."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from flwr.app import MessageType
 from flwr.proto.node_pb2 import NodeInfo
 
-from fedapp import sites
-from fedapp.client_app import app
-from fedapp.config import ConfigError
-from fedapp.registry import parse_run_config
-from fedapp.inprocess import InProcessGrid, run_local
-from fedapp.server_app import build_strategy, run
+from fedapp.core import sites
+from fedapp.runtime.client_app import app
+from fedapp.core.config import ConfigError
+from fedapp.runtime.registry import parse_run_config
+from fedapp.runtime.inprocess import InProcessGrid, run_local
+from fedapp.runtime.server_app import build_strategy, run
 from test_deployment import SITES, federation, free_port, rounds, run_config  # noqa: F401
 from test_reliability import config, image_tree  # noqa: F401
 
@@ -60,7 +60,7 @@ def test_partition_bound_to_site_key(impostor_first, config, tmp_path, monkeypat
     line naming its key, never gets a training or evaluation message, and site A's node serves
     partition 0 in every round. A site's own key claiming another's partition (a mistyped
     partition-id) is refused the same way."""
-    monkeypatch.setattr("fedapp.results.plot", lambda *a, **kw: None)
+    monkeypatch.setattr("fedapp.runtime.results.plot", lambda *a, **kw: None)
     (a, a_pem), (b, b_pem), (c, c_pem), (_, d_pem) = keypair(), keypair(), keypair(), keypair()
     table = write_table(tmp_path / "site-keys.toml", [("site-a", a, 0), ("site-b", b, 1), ("site-c", c, 2)])
     cfg = config("fedavg", **{"num-clients": 3, "num-server-rounds": 2, "site-keys": table,

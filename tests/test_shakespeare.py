@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from conftest import SHARED_DATA
-from fedapp.data import load_dataset
-from fedapp.data.text import SHAKESPEARE_WINDOW
-from fedapp.inprocess import run_local
-from fedapp.models import build_model, param_count
+from fedapp.core.data import load_dataset
+from fedapp.core.data.text import SHAKESPEARE_WINDOW
+from fedapp.runtime.inprocess import run_local
+from fedapp.core.models import build_model, param_count
 
 PLAYS = SHARED_DATA / "shakespeare.tar.gz"
 needs_plays = pytest.mark.skipif(not PLAYS.is_file(), reason=f"the raw plays are not at {PLAYS}")
@@ -83,8 +83,8 @@ def made_up_play(folder, speakers: tuple[str, ...], seed: int) -> str:
 
 def test_each_site_serves_its_own_plays(tmp_path):
     """Every site's node config points at its own plays; one vocabulary, so one model, everywhere."""
-    from fedapp.client_app import app
-    from fedapp.inprocess import InProcessGrid
+    from fedapp.runtime.client_app import app
+    from fedapp.runtime.inprocess import InProcessGrid
 
     server = made_up_play(tmp_path / "server" / "shakespeare", ("Ham", "Hor"), 0)
     sites = [made_up_play(tmp_path / f"site{i}", ("Lear", "Fool", "Kent"), i + 1) for i in range(2)]

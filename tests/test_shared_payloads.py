@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-import fedapp.records as records
-from fedapp.registry import parse_run_config
-from fedapp.records import Shared, from_record
-from fedapp.server_app import build_strategy
+import fedapp.core.records as records
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.records import Shared, from_record
+from fedapp.runtime.server_app import build_strategy
 from strategies.driver import ClientInfo
 from test_reliability import config, image_tree  # noqa: F401
 

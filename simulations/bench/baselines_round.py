@@ -24,9 +24,9 @@ from common import ROOT, load, record
 
 import torch
 
-from fedapp import registry
-from fedapp.registry import parse_run_config
-from fedapp.experiment import client_data, model_for
+from fedapp.runtime import registry
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.experiment import client_data, model_for
 
 SETTING = ROOT / "simulations" / "pefll" / "table1-cifar10-100c"
 METHODS = ("fedavg", "perfedavg", "pfedme", "knnper")

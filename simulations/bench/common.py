@@ -123,10 +123,10 @@ class Monitor(threading.Thread):
 
 def flwr_run(cfg: dict, num_cpus: int = 1, num_gpus: float = 0.0, port_base: int = 39590,
              timeout: float = 3000) -> dict:
-    """One `flwr run` through fedapp.launch; returns wall time, per-round seconds (wall and
+    """One `flwr run` through fedapp.runtime.launch; returns wall time, per-round seconds (wall and
     the process tree's CPU), peak memory and the rows. A run stopped at ``timeout`` s returns
     the rounds it finished, with ``"stopped": True``."""
-    from fedapp.launch import RunStopped, launch
+    from fedapp.runtime.launch import RunStopped, launch
 
     with tempfile.TemporaryDirectory(prefix="fedapp-bench-") as tmp:
         cfg = {**cfg, "results-dir": f"{tmp}/results", "run-name": "bench"}

@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 
 from clients.base import FedClient
-from fedapp.registry import parse_run_config
-from fedapp.experiment import client_data
-from fedapp.models import build_model
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.experiment import client_data
+from fedapp.core.models import build_model
 from strategies.fedavg import FedAvg
 
 

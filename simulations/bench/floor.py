@@ -1,6 +1,6 @@
 """Floor of benchmark 1: one round's local training as a bare torch loop in one process.
 
-The same clients' tensors (fedapp.experiment.client_data), the same LeNet, 50 SGD steps of
+The same clients' tensors (fedapp.core.experiment.client_data), the same LeNet, 50 SGD steps of
 batch 32 per client, no Flower, no messages. ``--batches inline`` prepares each batch in the
 loop (gather, crop/flip, normalise, as the app's loader must); ``prebuilt`` times forward,
 backward and step alone on batches made beforehand.
@@ -19,10 +19,10 @@ from common import BASE, fmt, load, record, stats
 import torch
 import torch.nn.functional as F
 
-from fedapp.registry import parse_run_config
-from fedapp.data.loader import PAD, crop_flip, prepare
-from fedapp.experiment import client_data, device_of
-from fedapp.models import build_model
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.data.loader import PAD, crop_flip, prepare
+from fedapp.core.experiment import client_data, device_of
+from fedapp.core.models import build_model
 
 
 def batches(d, steps: int, bs: int, g: torch.Generator, channels_last: bool = False) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -70,8 +70,8 @@ def isolated(fn, *args):
 def device_line(device: str) -> dict:
     import torch
 
-    from fedapp.registry import parse_run_config
-    from fedapp.experiment import device_of
+    from fedapp.runtime.registry import parse_run_config
+    from fedapp.core.experiment import device_of
 
     dev = device_of(parse_run_config({"device": device}))
     return {"check": "device", "asked": device, "resolved": str(dev), "torch": torch.__version__,
@@ -83,8 +83,8 @@ def count_syncs(run_config: dict) -> list[dict]:
     counted by source line."""
     import torch
 
-    from fedapp.client_app import app
-    from fedapp.inprocess import InProcessGrid, run_local
+    from fedapp.runtime.client_app import app
+    from fedapp.runtime.inprocess import InProcessGrid, run_local
 
     seen = []
 

@@ -1,5 +1,5 @@
 """NCHW against channels-last (NHWC) image batches on CPU: a client's local training (run config
-``channels-last``) and ``fedapp.training.evaluate`` (always channels-last on CPU), per model, one
+``channels-last``) and ``fedapp.core.training.evaluate`` (always channels-last on CPU), per model, one
 torch thread, the two layouts alternated, one JSON line per model.
 
 Training is ``FedClient.train`` (the app's loader: gather, crop/flip, normalise, then the SGD steps)
@@ -30,9 +30,9 @@ MEAN, STD = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
 
 def train_seconds(model_name: str, nhwc: bool, x: torch.Tensor, y: torch.Tensor) -> float:
     from clients.base import FedClient
-    from fedapp.registry import parse_run_config
-    from fedapp.experiment import ClientData
-    from fedapp.models import build_model
+    from fedapp.runtime.registry import parse_run_config
+    from fedapp.core.experiment import ClientData
+    from fedapp.core.models import build_model
 
     cfg = parse_run_config({"strategy": "fedavg", "dataset": "cifar10", "partition": "iid", "model": model_name,
                             "channels-last": nhwc})
@@ -47,8 +47,8 @@ def train_seconds(model_name: str, nhwc: bool, x: torch.Tensor, y: torch.Tensor)
 
 
 def eval_seconds(model_name: str, nhwc: bool, x: torch.Tensor, y: torch.Tensor) -> float:
-    import fedapp.training as training
-    from fedapp.models import build_model
+    import fedapp.core.training as training
+    from fedapp.core.models import build_model
 
     model = build_model(model_name, (3, 32, 32), 10)
     saved = training.CHANNELS_LAST

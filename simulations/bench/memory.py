@@ -1,4 +1,4 @@
-"""Peak memory of an in-process run (``fedapp.inprocess``) of a paper setting, and where the clients'
+"""Peak memory of an in-process run (``fedapp.runtime.inprocess``) of a paper setting, and where the clients'
 state is: FedSMOO at 100 ResNet-18-GN clients keeps two model-sized duals per client (90 MB),
 9 GB for all of them, which ``state-memory-mb`` spills to disk.
 
@@ -31,7 +31,7 @@ from common import ROOT, Monitor, record, tree
 CHILD = """
 import json, sys
 sys.path.insert(0, {root!r})
-from fedapp.inprocess import run_local
+from fedapp.runtime.inprocess import run_local
 if {census!r}:
     import gc, torch
     import strategies.driver

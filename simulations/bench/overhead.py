@@ -12,9 +12,9 @@ not in it (they are the algorithm's, counted against the app). For FedSMOO a flo
 step (the gradient, the perturbation rho g/||g||, the gradient there); its dual variables and
 their correction terms are the algorithm's.
 
-In process is ``fedapp.inprocess`` (no Ray, no SuperLink), in the floor's two layouts: two worker
+In process is ``fedapp.runtime.inprocess`` (no Ray, no SuperLink), in the floor's two layouts: two worker
 processes x 1 thread (``local-workers=2``), and the clients one after the other in this process with two
-torch threads (``num-threads=2``), the faster counting; ``flwr run`` goes through ``fedapp.launch``
+torch threads (``num-threads=2``), the faster counting; ``flwr run`` goes through ``fedapp.runtime.launch``
 (local SuperLink, Ray) in the layout that was faster in process: 2 Ray workers x 1 thread, or 1 worker
 x 2 threads (``--num-cpus 2``). Per-round figures are medians of the training time of rounds 2.. (round 1 carries
 each worker's first message). ``startup_s`` is launch to the first round (SuperLink, Ray, the
@@ -71,8 +71,8 @@ BEFORE_TIMEOUT = 300.0
 def floor_plan(cfg: dict, rounds: int) -> list[list[int]]:
     """The partition ids whose local steps make each round of the floor: every client for FedAvg
     (full participation), PeFLL's seeded sample of the seen clients (the strategy's own)."""
-    from fedapp.registry import parse_run_config
-    from fedapp.server_app import build_strategy
+    from fedapp.runtime.registry import parse_run_config
+    from fedapp.runtime.server_app import build_strategy
     from strategies.driver import ClientInfo
 
     strategy = build_strategy(parse_run_config(cfg))
@@ -87,7 +87,7 @@ def local_steps(cfg: dict) -> int:
 
 def sam_rho(cfg: dict) -> float:
     """The SAM radius of the floor's steps: FedSMOO's ``fedsmoo.rho``, else 0 (plain SGD)."""
-    from fedapp.registry import parse_run_config
+    from fedapp.runtime.registry import parse_run_config
 
     run = parse_run_config(cfg)
     return float(run.algo("rho")) if run.strategy == "fedsmoo" else 0.0
@@ -105,8 +105,8 @@ _CLIENTS: dict = {}
 def _init_worker(cfg: dict, threads: int) -> None:
     import torch
 
-    from fedapp.registry import parse_run_config
-    from fedapp.experiment import client_data
+    from fedapp.runtime.registry import parse_run_config
+    from fedapp.core.experiment import client_data
 
     torch.set_num_threads(threads)
     run = parse_run_config({**cfg, "local-steps": local_steps(cfg)})
@@ -140,8 +140,9 @@ def floor_rounds(cfg: dict, plan: list[list[int]], procs: int, threads: int) -> 
 
 # ---- the app ---------------------------------------------------------------------------------------
 def inprocess_rounds(cfg: dict, rounds: int, workers: int, threads: int) -> list[float]:
-    """Training seconds of rounds 2.. through fedapp.inprocess, ``workers`` processes x ``threads`` torch threads."""
-    from fedapp.inprocess import run_local
+    """Training seconds of rounds 2.. through fedapp.runtime.inprocess, ``workers`` processes x
+    ``threads`` torch threads."""
+    from fedapp.runtime.inprocess import run_local
 
     with tempfile.TemporaryDirectory(prefix="fedapp-overhead-") as tmp:
         strategy = run_local({**cfg, "num-server-rounds": rounds, "eval-every": rounds, "num-threads": threads,

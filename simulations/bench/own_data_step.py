@@ -39,9 +39,9 @@ SETTINGS = {
 
 
 def client_for(run_config: dict):
-    from fedapp import registry
-    from fedapp.registry import parse_run_config
-    from fedapp.experiment import client_data, model_for
+    from fedapp.runtime import registry
+    from fedapp.runtime.registry import parse_run_config
+    from fedapp.core.experiment import client_data, model_for
     from strategies.fedavg import FedAvg
 
     cfg = parse_run_config({**run_config, "device": "cpu", "seed": 0})

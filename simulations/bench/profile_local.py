@@ -17,8 +17,8 @@ from common import BASE, load
 
 import torch
 
-from fedapp.compat import parse_config_args
-from fedapp.inprocess import run_local
+from fedapp.core.compat import parse_config_args
+from fedapp.runtime.inprocess import run_local
 
 
 def main() -> None:

@@ -34,7 +34,7 @@ def main() -> None:
     p.add_argument("--skip-one-step", action="store_true")
     p.add_argument("--out")
     a = p.parse_args()
-    from fedapp.compat import parse_config_args
+    from fedapp.core.compat import parse_config_args
 
     cfg = {**BASE, "strategy": a.strategy, "num-server-rounds": a.rounds, "num-clients": a.num_clients,
            "local-steps": a.local_steps, "eval-every": a.rounds, **parse_config_args([a.extra] if a.extra else [])}

@@ -102,7 +102,7 @@ def measured(cmd: list[str], env: dict | None = None, cwd: Path = ROOT, log: Pat
 def fedapp_rounds(rows: list[dict]) -> dict:
     """Training seconds per round (rounds 2..), per client that trained, and the seconds of each evaluation,
     from rounds.json."""
-    from fedapp.results import ACCURACIES
+    from fedapp.runtime.results import ACCURACIES
 
     later = [r for r in rows if r["round"] > 1]
     train = [r["train-seconds"] for r in later]
@@ -134,13 +134,13 @@ def fedapp_measured(cmd: list[str], tmp: Path, name: str) -> dict:
 
 def fedapp_in_process(paper: str, rounds: int, seed: int, tmp: Path, cores: int, extra: dict) -> dict:
     cfg = {**fedapp_config(paper, rounds, seed, extra), "local-workers": cores, "results-dir": str(tmp), "run-name": "inproc"}
-    code = "import json, sys; from fedapp.inprocess import run_local; run_local(json.loads(sys.argv[1]))"
+    code = "import json, sys; from fedapp.runtime.inprocess import run_local; run_local(json.loads(sys.argv[1]))"
     return fedapp_measured([sys.executable, "-c", code, json.dumps(cfg)], tmp, "inproc")
 
 
 def fedapp_flwr_run(paper: str, rounds: int, seed: int, tmp: Path, cores: int, extra: dict) -> dict:
     cfg = {**fedapp_config(paper, rounds, seed, extra), "results-dir": str(tmp), "run-name": "flwr"}
-    return fedapp_measured([sys.executable, "-m", "fedapp.launch", "--run-config", run_config_str(cfg),
+    return fedapp_measured([sys.executable, "-m", "fedapp.runtime.launch", "--run-config", run_config_str(cfg),
                             "--flwr-home", str(tmp / "flwr-home"), "--port-base", "39690",
                             # CPUs a client holds: the machine's over ``cores`` runs that many clients at a time
                             "--num-cpus", str(max(1, (os.cpu_count() or 2) // cores))], tmp, "flwr")

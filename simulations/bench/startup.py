@@ -1,4 +1,4 @@
-"""Launch to the first round, process by process: when each process of one ``python -m fedapp.launch``
+"""Launch to the first round, process by process: when each process of one ``python -m fedapp.runtime.launch``
 appeared and the CPU seconds it had used when round 0's row was written (the end of discovery).
 
 Every process of a launch inherits its ``FEDAPP_LAUNCH_ID``: the launcher, ``flwr run``, ``flwr log``,
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TICK, PAGE = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
 
 #: a process's role, from its command line (first match)
-ROLES = (("from flwr.cli.app import app", "flwr run (launcher's, prewarmed)"), ("fedapp.launch", "launcher"),
+ROLES = (("from flwr.cli.app import app", "flwr run (launcher's, prewarmed)"), ("fedapp.runtime.launch", "launcher"),
          ("flwr run", "flwr run"), ("flwr log", "flwr log"), ("flwr ls", "flwr ls"),
          ("flwr stop", "flwr stop"), ("flower-superlink", "superlink"), ("flower-superexec", "superexec"),
          ("flwr-simulation", "simulation"), ("gcs_server", "ray gcs"), ("raylet", "ray raylet"),
@@ -100,7 +100,7 @@ def timeline(cfg: dict, rounds: int = 1, limit: float | None = None, tree: Path 
                "run-name": "startup"}
         rows = Path(tmp) / "results/startup/rounds.json"
         env = {**os.environ, "FEDAPP_LAUNCH_ID": token, "PYTHONPATH": str(tree)}
-        cmd = [sys.executable, "-m", "fedapp.launch", "--run-config", run_config_str(cfg),
+        cmd = [sys.executable, "-m", "fedapp.runtime.launch", "--run-config", run_config_str(cfg),
                "--flwr-home", f"{tmp}/flwr-home", "--port-base", "39790"]
         ours: dict[int, bool] = {}
         seen: dict[int, dict] = {}

@@ -8,9 +8,9 @@ classes from a scratch copy of their checkout, with a Python environment that ru
     cp -r <authors' checkout> SCRATCH
     <their python> simulations/fedals/authors_golden_llm.py SCRATCH tests/data/fedals_authors_golden_llm.json
 
-What is injected, their files unchanged: the model (an ``OPTForCausalLM`` of ``fedapp.llm.opt_config``,
+What is injected, their files unchanged: the model (an ``OPTForCausalLM`` of ``fedapp.core.llm.opt_config``,
 12 decoder layers of width 16, put in eval mode as their ``from_pretrained`` model is, with the initial
-weights of ``initial_state``), the tokenizer (``fedapp.llm.word_tokenizer`` of the prompts, [PAD]
+weights of ``initial_state``), the tokenizer (``fedapp.core.llm.word_tokenizer`` of the prompts, [PAD]
 added as they add it), the data (``Prompts``: the prompts as their ``form_training_prompts`` writes
 them, with the ``select`` and ``train_test_split`` their code calls), the test loader, and
 ``torch.Tensor.cuda`` made the identity (their LLM path moves every batch to CUDA; the machine has
@@ -85,7 +85,7 @@ def main(repo: str, out_path: str) -> None:
     sys.modules["bitsandbytes.optim"].Adam8bit = None
     sys.path.insert(0, repo)
     import DSGDAlg
-    from fedapp.llm import opt_config, prompt, word_tokenizer
+    from fedapp.core.llm import opt_config, prompt, word_tokenizer
     from NetworkClass import Network
     from NodeClass import Node
 

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import strategies.base  # noqa: E402
-from fedapp.inprocess import run_local  # noqa: E402
+from fedapp.runtime.inprocess import run_local  # noqa: E402
 from simulations.run import overrides, read  # noqa: E402
 
 

@@ -75,7 +75,7 @@ def run_method(method: str, sim: Path, out_dir: Path) -> dict:
     import server as sim_server  # the simulator's package (sys.path set in main)
     from utils import get_mdl_params, set_client_from_params
 
-    from fedapp.models import MLP
+    from fedapp.core.models import MLP
 
     s = SETTING
     x, y = data()

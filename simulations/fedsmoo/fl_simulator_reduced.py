@@ -75,7 +75,7 @@ def main() -> None:
     from dataset import DatasetObject
     from utils import get_mdl_params
 
-    from fedapp.models import MLP
+    from fedapp.core.models import MLP
 
     with open(a.config, "rb") as f:
         cfg = tomllib.load(f)

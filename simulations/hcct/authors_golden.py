@@ -49,7 +49,7 @@ def make_data():
 
 
 class LogReg(torch.nn.Module):
-    """fedapp.models.LogReg: one Linear on the flattened input."""
+    """fedapp.core.models.LogReg: one Linear on the flattened input."""
 
     def __init__(self):
         super().__init__()

@@ -28,7 +28,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from fedapp.inprocess import run_local  # noqa: E402
+from fedapp.runtime.inprocess import run_local  # noqa: E402
 from simulations.run import overrides, read  # noqa: E402
 
 SCORE = "fed-seen-val-accuracy"

@@ -4,7 +4,7 @@ import torch
 from flwr.clientapp import ClientApp
 from torch import nn
 
-from fedapp import library
+from fedapp.runtime import library
 
 
 def Net(input_shape=(60,), num_classes=10):

@@ -6,7 +6,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from torch import nn
 
-from fedapp import library
+from fedapp.runtime import library
 from strategies.fedsmoo import FedSMOO
 
 

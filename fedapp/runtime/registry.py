@@ -2,7 +2,7 @@
 
 Each module in the ``strategies`` package declares ``ALGORITHMS = {name: (Strategy, Client)}``;
 they are discovered here, so adding an algorithm touches no shared file. The whole run-config
-schema is built here: ``fedapp.config``'s common keys, the strategy names as the choices of
+schema is built here: ``fedapp.core.config``'s common keys, the strategy names as the choices of
 ``strategy``, and every algorithm's keys under its prefix (``parse_run_config``).
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from fedapp.config import COMMON_KEYS, Key, RunConfig, parse_common
+from fedapp.core.config import COMMON_KEYS, Key, RunConfig, parse_common
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ side: FedSMOO's perturbed, corrected steps and its duals, SCAFFOLD's control var
 local body, PeFLL's embeddings. The functions here run that update for a message of your own
 ``@app.train()`` / ``@app.evaluate()`` with your model and your data, keep the client's state in
 ``context.state`` (versioned by round, as fedapp's own ClientApp keeps it) and return the reply
-the strategy expects. fedapp's own ClientApp (``fedapp.client_app``) answers with the same
+the strategy expects. fedapp's own ClientApp (``fedapp.runtime.client_app``) answers with the same
 ``answer_train`` / ``answer_evaluate``, only on the data and model its run config names. A
 ClientApp of three such calls (``query``, ``train``, ``evaluate``): docs/flower-library.md.
 
@@ -21,10 +21,10 @@ from collections.abc import Iterable
 import torch
 from flwr.app import Context, Message
 
-from fedapp import registry
-from fedapp.client_app import answer_evaluate, answer_query, answer_train, partition_id
-from fedapp.config import RunConfig
-from fedapp.experiment import ClientData
+from fedapp.runtime import registry
+from fedapp.runtime.client_app import answer_evaluate, answer_query, answer_train, partition_id
+from fedapp.core.config import RunConfig
+from fedapp.core.experiment import ClientData
 
 #: data as the functions take it: an ``(x, y)`` pair of tensors, or an iterable of ``(x, y)``
 #: batches such as a torch DataLoader (read once, in its order)

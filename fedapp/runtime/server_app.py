@@ -8,12 +8,13 @@ from flwr.app import Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
-from fedapp import checkpoint, preflight, registry, sites
-from fedapp.compat import flower_grids
-from fedapp.config import ConfigError, RunConfig
-from fedapp.experiment import dataset, model_for, partitions
-from fedapp.files import DiskFull
-from fedapp.results import ResultsWriter
+from fedapp.runtime import checkpoint, preflight, registry
+from fedapp.core import sites
+from fedapp.core.compat import flower_grids
+from fedapp.core.config import ConfigError, RunConfig
+from fedapp.core.experiment import dataset, model_for, partitions
+from fedapp.core.files import DiskFull
+from fedapp.runtime.results import ResultsWriter
 
 app = ServerApp()
 FINAL_METRICS = ("central-accuracy", "fed-accuracy", "fed-seen-accuracy", "fed-unseen-accuracy", "central-loss",
@@ -23,7 +24,7 @@ FINAL_METRICS = ("central-accuracy", "fed-accuracy", "fed-seen-accuracy", "fed-u
 def simulated(grid: Grid) -> bool:
     """Whether the clients run on this machine on partitions of this run config's dataset (a
     simulation), rather than on sites with their own data and devices."""
-    contexts = getattr(grid, "contexts", None)  # fedapp.inprocess's InProcessGrid (which imports this module)
+    contexts = getattr(grid, "contexts", None)  # fedapp.runtime.inprocess's InProcessGrid (which imports this module)
     if contexts is not None:
         return all("num-partitions" in c.node_config for c in contexts.values())
     return isinstance(grid, flower_grids()[1])

@@ -4,12 +4,12 @@
 starts keeps running; this launcher submits the run, follows its log, reads the
 final status with ``flwr ls --run-id ID --format json``, and stops the SuperLink it
 started. It starts that SuperLink itself, on free ports, while it checks the run config
-(``fedapp/preflight.py``), and submits once the check passed, never to a SuperLink that
+(``fedapp/runtime/preflight.py``), and submits once the check passed, never to a SuperLink that
 another launch (or anything else) runs; on Ctrl-C,
 SIGTERM or ``--timeout`` it stops the run and every process it started. Used by
 ``scripts/run.sh``, the tests and the benchmarks.
 
-    python -m fedapp.launch --run-config "strategy='fedprox' num-server-rounds=5"
+    python -m fedapp.runtime.launch --run-config "strategy='fedprox' num-server-rounds=5"
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-from fedapp.config import COMMON_KEYS, ConfigError
+from fedapp.core.config import COMMON_KEYS, ConfigError
 
 COMMON_DEFAULTS = {k.name: k.default for k in COMMON_KEYS}
 
-ROOT = Path(__file__).resolve().parents[1]
-#: Flower's executables sit beside this interpreter: `.venv/bin/python -m fedapp.launch` works
+ROOT = Path(__file__).resolve().parents[2]
+#: Flower's executables sit beside this interpreter: `.venv/bin/python -m fedapp.runtime.launch` works
 #: without an activated venv, and `flwr` finds `flower-superlink` there too
 BIN = Path(sys.executable).parent
 #: environment variable every process of one launch inherits, so all of them can be found
@@ -149,7 +149,7 @@ def app_files(root: Path) -> dict[str, Path]:
     ``root`` but symlinks and what resolves outside it), without walking into the directories that
     .gitignore leaves out, whose files the FAB's rules drop: with the .venv inside the checkout that is
     42,000 files and 2.6 CPU s of `flwr run`'s start, for the same 72 files in the FAB."""
-    from fedapp.compat import gitignore_matcher
+    from fedapp.core.compat import gitignore_matcher
 
     root = root.resolve()
     ignored = gitignore_matcher(root / ".gitignore")
@@ -169,7 +169,8 @@ class PrewarmedFlwr:
     FAB (``app_files``) while the launcher checks the run config and the SuperLink starts, then runs
     the one command it is given; closed before (a bad run config), it is stopped having run none."""
 
-    CODE = ("import json, sys\nfrom fedapp.compat import flwr_cli\nfrom fedapp.launch import ROOT, app_files\n"
+    CODE = ("import json, sys\nfrom fedapp.core.compat import flwr_cli\n"
+            "from fedapp.runtime.launch import ROOT, app_files\n"
             "cli = flwr_cli(app_files(ROOT), ROOT)\nline = sys.stdin.readline()\n"
             "if line.strip():\n    sys.exit(cli(json.loads(line)))\n")
 
@@ -311,7 +312,7 @@ def run_config_overrides(run_config: str | list[str]) -> dict:
     """The keys ``--run-config`` sets: TOML files (their tables flattened, ``a.b = 1`` as
     ``a.b``) and ``k=v`` pairs, later ones winning, so a file can be combined with overrides:
     ``--run-config "paper.toml num-server-rounds=5"``."""
-    from fedapp.compat import flatten_dict
+    from fedapp.core.compat import flatten_dict
 
     values: dict = {}
     for arg in [run_config] if isinstance(run_config, str) else run_config:
@@ -336,7 +337,7 @@ def run_config_overrides(run_config: str | list[str]) -> dict:
     return values
 
 
-#: the ServerApp's first log line names the run's results folder (fedapp.server_app.run)
+#: the ServerApp's first log line names the run's results folder (fedapp.runtime.server_app.run)
 RESULTS_LINE = re.compile(r"\bresults: (\S.*?)\s*$")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -354,7 +355,7 @@ def follow_log(lines, stream: bool, found: list[Path]) -> None:
 
 def replot(folder: Path | None) -> None:
     """Redraw plot.png from the rounds on disk: the run may have been stopped between redraws."""
-    from fedapp.results import plot
+    from fedapp.runtime.results import plot
 
     if folder is not None and (folder / "rounds.json").is_file():
         doc = json.loads((folder / "rounds.json").read_text())
@@ -379,7 +380,7 @@ def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, 
     The run goes to a SuperLink this call starts, on free ports (``port_base``: on those ports,
     which must be free), never to one that was running already. ``num_supernodes`` defaults to
     the run config's ``num-clients`` (a TOML file's too). With ``check`` the run config is
-    validated here first (fedapp/preflight.py): a bad one raises ConfigError before anything is
+    validated here first (fedapp/runtime/preflight.py): a bad one raises ConfigError before anything is
     submitted. Ctrl-C (KeyboardInterrupt) or ``timeout`` s stop the run, the SuperLink and every
     process they started, and raise RunStopped; the results written so far stay.
     """
@@ -404,9 +405,9 @@ def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, 
         if num_supernodes is None:
             num_supernodes = int(overrides.get("num-clients", COMMON_DEFAULTS["num-clients"]))
         if check:
-            from fedapp.experiment import release_data
-            from fedapp.preflight import check as preflight
-            from fedapp.results import run_name
+            from fedapp.core.experiment import release_data
+            from fedapp.runtime.preflight import check as preflight
+            from fedapp.runtime.results import run_name
 
             cfg = preflight(overrides, base=ROOT)  # the ServerApp runs in ROOT
             release_data()  # the check's dataset: this process waits out the run and never trains
@@ -484,7 +485,7 @@ def _sigterm(signum, frame):
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
-        prog="python -m fedapp.launch", description=__doc__.split("\n\n")[0],
+        prog="python -m fedapp.runtime.launch", description=__doc__.split("\n\n")[0],
         epilog="Ctrl-C (or SIGTERM) stops the run on the SuperLink and every process it started "
                "(simulation, Ray) and keeps the results so far (rounds.json/csv, plot.png, checkpoint.pt); "
                "exit status 0 completed, 1 failed, 2 bad run config, 124 timed out, 130 interrupted.")

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from fedapp.compat import NUMPY_STYPE
+from fedapp.core.compat import NUMPY_STYPE
 
 Tensors = dict[str, torch.Tensor]
 Payload = dict[str, Tensors]

@@ -81,7 +81,7 @@ DATASETS: dict[str, Source] = {
     "digit5": Source(),  # local directory only: see _read_digit5
     "shakespeare": Source(),  # LEAF's task derived from the raw plays (text.py)
     "table": Source(),  # the user's own train.csv / train.parquet (tables.py)
-    # sentence-pair prompts for causal language models (fedapp/llm.py, the llm extra): MultiNLI from the hub,
+    # sentence-pair prompts for causal language models (fedapp/core/llm.py, the llm extra): MultiNLI from the hub,
     # and an offline stand-in made from the Shakespeare plays
     "mnli": Source(),
     "shakespeare-pairs": Source(),
@@ -175,7 +175,7 @@ def load_dataset(
 def _prompt_pairs(name: str, data_dir: str) -> dict:
     """The token ids of ``mnli`` (from the hub) or ``shakespeare-pairs`` (from the plays), cached."""
     try:
-        from fedapp import llm
+        from fedapp.core import llm
     except ImportError as err:
         raise ValueError(f"{name} needs the llm extra (pip install -e '.[llm]'): {err}") from None
     if name == "mnli":
@@ -268,7 +268,7 @@ def search_dirs(data_dir: str = "") -> list[Path]:
     dirs += [
         Path.home() / ".cache" / "fedapp-data",
         Path.cwd().parent / "shared" / "data",
-        Path(__file__).resolve().parents[3] / "shared" / "data",
+        Path(__file__).resolve().parents[4] / "shared" / "data",
     ]
     return list(dict.fromkeys(d.resolve() for d in dirs))
 

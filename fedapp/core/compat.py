@@ -77,7 +77,7 @@ def answers(app: ClientApp, message_type: str) -> bool:
 def engine_pickup() -> Callable:
     """The function the thread of Flower's simulation engine runs to hand the ServerApp's messages to
     the simulated clients (``flwr.server.superlink.fleet.vce.vce_api.add_messages_to_queue``); its
-    arguments include the ``threading.Event`` that stops it (``fedapp.pickup`` hooks its wait)."""
+    arguments include the ``threading.Event`` that stops it (``fedapp.core.pickup`` hooks its wait)."""
     from flwr.server.superlink.fleet.vce import vce_api
 
     return vce_api.add_messages_to_queue
@@ -85,7 +85,7 @@ def engine_pickup() -> Callable:
 
 def supernode_parser():
     """The argument parser of ``flower-supernode`` (``flwr.supernode.cli.flower_supernode``), so a
-    SuperNode's command line reads with the defaults the SuperNode applied (``fedapp.watchdog``)."""
+    SuperNode's command line reads with the defaults the SuperNode applied (``fedapp.runtime.watchdog``)."""
     from flwr.supernode.cli.flower_supernode import _parse_args_run_supernode
 
     return _parse_args_run_supernode()
@@ -130,7 +130,7 @@ def gitignore_matcher(gitignore: Path):
 
 def flwr_cli(files: dict[str, Path], root: Path) -> Callable[[list[str]], int]:
     """Flower's CLI (``flwr.cli.app.app``, about 1 CPU s to import) with the app's FAB built now
-    from ``files`` (``flwr.cli.build.build_fab_from_files``; ``fedapp.launch.app_files``): `flwr run`
+    from ``files`` (``flwr.cli.build.build_fab_from_files``; ``fedapp.runtime.launch.app_files``): `flwr run`
     of ``root`` takes that FAB in place of building it from disk (``flwr.cli.run.run``'s
     ``build_fab_from_disk``, replaced in this process). Returns the function that runs one command,
     ``cli(["run", ...])``, as the ``flwr`` executable would (it raises SystemExit with its exit code)."""

@@ -19,7 +19,7 @@ from logging import INFO
 
 from flwr.common.logger import log
 
-from fedapp.compat import engine_pickup
+from fedapp.core.compat import engine_pickup
 
 #: set by ``wake`` after a push, cleared by the scanner before it scans
 _PUSHED = threading.Event()
@@ -59,6 +59,6 @@ def wake() -> bool:
         if _HOOKED is None:
             return False
         _hook(_HOOKED[1])
-        log(INFO, "Flower's simulation engine takes each exchange's messages as they are pushed (fedapp.pickup)")
+        log(INFO, "Flower's simulation engine takes each exchange's messages as they are pushed (fedapp.core.pickup)")
     _PUSHED.set()
     return True

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
 
-from fedapp.config import ConfigError
+from fedapp.core.config import ConfigError
 
 
 @dataclass(frozen=True)

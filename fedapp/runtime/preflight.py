@@ -5,7 +5,7 @@ and the model: a GPU that is not there, data that cannot be found or read, parti
 cannot be made (more clients than examples, more classes per client than the dataset has),
 a model that cannot take the dataset's inputs, a results folder that cannot be written, a
 checkpoint that cannot be read or was written with other settings. Every failure is a one-line ConfigError naming the key.
-``python -m fedapp.launch`` runs these before ``flwr run``; the ServerApp runs them too, so a
+``python -m fedapp.runtime.launch`` runs these before ``flwr run``; the ServerApp runs them too, so a
 plain ``flwr run .`` fails the same way.
 """
 
@@ -21,12 +21,12 @@ from typing import Any
 import torch
 from flwr.common.logger import log
 
-from fedapp import checkpoint, registry
-from fedapp.config import ConfigError, RunConfig
-from fedapp.registry import defaults, parse_run_config
-from fedapp.data import Dataset, local_test_split, prepare, split_seen_unseen
-from fedapp.data.tables import ColumnError
-from fedapp.experiment import dataset, model_for, partitions
+from fedapp.runtime import checkpoint, registry
+from fedapp.core.config import ConfigError, RunConfig
+from fedapp.runtime.registry import defaults, parse_run_config
+from fedapp.core.data import Dataset, local_test_split, prepare, split_seen_unseen
+from fedapp.core.data.tables import ColumnError
+from fedapp.core.experiment import dataset, model_for, partitions
 
 
 def check_device(cfg: RunConfig) -> None:
@@ -65,7 +65,7 @@ def check_model(cfg: RunConfig, ds: Dataset) -> torch.nn.Module:
         model.eval()
         with torch.no_grad():
             out = model(prepare(ds.train_x[:2], ds.mean, ds.std))
-        # a causal language model (fedapp/llm.py) gives next-token logits and scores its own inputs
+        # a causal language model (fedapp/core/llm.py) gives next-token logits and scores its own inputs
         shape = (min(2, len(ds.train_y)), ds.num_classes) if not getattr(model, "causal_lm", False) else \
             (min(2, len(ds.train_y)), *out.shape[1:])
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != shape:

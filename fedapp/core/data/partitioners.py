@@ -353,7 +353,7 @@ def pfedhn_partitions(train_labels: np.ndarray, test_labels: np.ndarray | None, 
 
 
 def _pfedhn(labels, n, seed, classes_per_client, **_):
-    # the training split only; fedapp.experiment.client_data takes validation and test from
+    # the training split only; fedapp.core.experiment.client_data takes validation and test from
     # pfedhn_partitions as well
     return _Fixed(pfedhn_partitions(labels, None, n, classes_per_client, seed)[0]), None
 

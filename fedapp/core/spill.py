@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 import torch
 from flwr.app import Array, ArrayRecord, RecordDict
 
-from fedapp.records import Payload, array_numpy
+from fedapp.core.records import Payload, array_numpy
 
 
 class _File:
@@ -44,7 +44,7 @@ class _File:
 
 class SpilledTensors(Mapping[str, torch.Tensor]):
     """One ArrayRecord's tensors, each read from the file when it is used (a fresh tensor every
-    time, as ``fedapp.records.from_record`` would decode it); a tensor set here (the robust
+    time, as ``fedapp.core.records.from_record`` would decode it); a tensor set here (the robust
     clipping's) is kept in memory. Pickled (checkpoints) as the plain dict of its tensors."""
 
     def __init__(self, file: _File, index: dict[str, tuple[int, int, str, tuple[int, ...], str]]):
@@ -97,7 +97,7 @@ class SpilledContent:
         return out
 
     def payload(self) -> Payload:
-        """``fedapp.records.payload_of`` of the content, each tensor read when it is used."""
+        """``fedapp.core.records.payload_of`` of the content, each tensor read when it is used."""
         return dict(self.records)
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, RecordDict
 
-from fedapp.compat import select_multikrum
-from fedapp.records import Tensors
+from fedapp.core.compat import select_multikrum
+from fedapp.core.records import Tensors
 
 
 def weighted_mean(states: list[Tensors], weights: Iterable[float]) -> Tensors:

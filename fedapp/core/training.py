@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from fedapp.data import prepare
+from fedapp.core.data import prepare
 
 # Evaluation batch per device type. On CPU a batch of 1024 images spills the caches: ResNet-20,
 # LeNet and HCCT's CNN evaluate 2.2x, 2.0x and 1.9x faster (CPU seconds, one thread) at 128.
@@ -72,7 +72,7 @@ def make_optimizer(params, settings: dict, lr: float) -> torch.optim.Optimizer:
 
 def task_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The training loss of one batch: cross-entropy of the logits against the labels, or a causal
-    language model's own next-token loss (``causal_lm``, fedapp/llm.py)."""
+    language model's own next-token loss (``causal_lm``, fedapp/core/llm.py)."""
     if getattr(model, "causal_lm", False):
         return model.lm_loss(x)
     return F.cross_entropy(model(x), y)
@@ -81,9 +81,9 @@ def task_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch
 @torch.no_grad()
 def evaluate_lm(model: torch.nn.Module, x: torch.Tensor, device: torch.device | str) -> dict[str, float]:
     """A causal language model on token ids, as the FedALS authors measure its test loss: the mean over
-    batches of 32 (``fedapp.llm.EVAL_BATCH``) of each batch's mean next-token loss; ``accuracy`` is the
+    batches of 32 (``fedapp.core.llm.EVAL_BATCH``) of each batch's mean next-token loss; ``accuracy`` is the
     share of next tokens predicted right (top-1), over all of them."""
-    from fedapp.llm import EVAL_BATCH
+    from fedapp.core.llm import EVAL_BATCH
 
     model.eval()
     losses, correct, tokens = [], 0, 0

@@ -27,7 +27,7 @@ server's robust aggregation has to contain.
 
 Discovery (query) messages are answered normally: a faulty client is connected and known,
 only its work is bad, so a run with faults is comparable to one where those nodes are offline.
-In process (``fedapp.inprocess.InProcessGrid``) a stall does not sleep: the grid treats it as a
+In process (``fedapp.runtime.inprocess.InProcessGrid``) a stall does not sleep: the grid treats it as a
 reply that never arrives within the timeout.
 """
 
@@ -42,9 +42,9 @@ from contextlib import contextmanager
 import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Message, MessageType, MetricRecord
 
-from fedapp.compat import ClientAppCallable
-from fedapp.config import RunConfig
-from fedapp.registry import parse_run_config
+from fedapp.core.compat import ClientAppCallable
+from fedapp.core.config import RunConfig
+from fedapp.runtime.registry import parse_run_config
 
 KINDS = ("raise", "stall", "wrong-shape", "nan", "inf")
 #: attacks on the update u: the factor u is multiplied by (``noise``, ``alie``: crafted below)

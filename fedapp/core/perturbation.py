@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from fedapp.records import Tensors
+from fedapp.core.records import Tensors
 
 EPS = 1e-12
 

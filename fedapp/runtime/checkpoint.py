@@ -26,9 +26,9 @@ import torch
 from flwr.app import ArrayRecord
 from flwr.common.logger import log
 
-from fedapp.config import ConfigError, RunConfig
-from fedapp.registry import defaults
-from fedapp.files import atomic_write
+from fedapp.core.config import ConfigError, RunConfig
+from fedapp.runtime.registry import defaults
+from fedapp.core.files import atomic_write
 
 FILENAME = "checkpoint.pt"
 #: base attributes every strategy has; algorithms add theirs with ``checkpoint_attrs``

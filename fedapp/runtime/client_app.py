@@ -36,15 +36,15 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 
-from fedapp import registry
-from fedapp.config import RunConfig
-from fedapp.registry import parse_run_config
-from fedapp.experiment import ClientData, client_data, device_of, model_for
-from fedapp.faults import fault_mod
+from fedapp.runtime import registry
+from fedapp.core.config import RunConfig
+from fedapp.runtime.registry import parse_run_config
+from fedapp.core.experiment import ClientData, client_data, device_of, model_for
+from fedapp.runtime.faults import fault_mod
 from strategies.privacy import dp_mod
-from fedapp.records import Payload, from_record, make_content, payload_of
-from fedapp.results import atomic_write
-from fedapp.watchdog import superlink_watchdog_mod
+from fedapp.core.records import Payload, from_record, make_content, payload_of
+from fedapp.runtime.results import atomic_write
+from fedapp.runtime.watchdog import superlink_watchdog_mod
 
 # Ray starts its workers at nice 15 (RAY_worker_niceness): beside any other busy process the
 # simulated clients then get a few per cent of a core, and a round takes many times its compute.
@@ -61,8 +61,8 @@ STATE_PREFIX = "state."  # the latest committed version's records; other kept on
 #: (a spilled one only on disk), and the one committed last
 VERSIONS = "state-versions"
 
-# the SuperLink watchdog, only at a SuperNode's ClientApp processes (fedapp/watchdog.py), fault
-# injection, a no-op unless the run config sets fault-fraction (fedapp/faults.py), and Flower's
+# the SuperLink watchdog, only at a SuperNode's ClientApp processes (fedapp/runtime/watchdog.py), fault
+# injection, a no-op unless the run config sets fault-fraction (fedapp/runtime/faults.py), and Flower's
 # clipping mod where the run config asks for client-side dp (strategies/privacy.py), innermost: it clips
 # what the client computed (an injected attacker bypasses it, as a malicious site would)
 app = ClientApp(mods=[superlink_watchdog_mod, fault_mod, dp_mod])

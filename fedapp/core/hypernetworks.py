@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedapp.models import LSTM, LeNet
-from fedapp.records import Tensors
+from fedapp.core.models import LSTM, LeNet
+from fedapp.core.records import Tensors
 
 EMBEDDINGS = ("cnn", "label", "unlabeled", "lstm")
 

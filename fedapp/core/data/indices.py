@@ -4,7 +4,7 @@ local train/test splits.
 Apart from ``partitioners.py``, which is built on Hugging Face ``datasets`` and flwr-datasets (whose
 package imports pandas and matplotlib): 1.4 CPU s of imports that a client process, parsing a run
 config and cutting its partition's local split, does not need (the partitions themselves come from
-the cache ``fedapp.experiment`` keeps of them).
+the cache ``fedapp.core.experiment`` keeps of them).
 """
 
 from __future__ import annotations

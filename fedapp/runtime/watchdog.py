@@ -34,7 +34,7 @@ from pathlib import Path
 from flwr.app import Context, Message
 from flwr.common.logger import log
 
-from fedapp.compat import ClientAppCallable
+from fedapp.core.compat import ClientAppCallable
 
 PROBE_INTERVAL = 2.0
 GRACE = 8.0
@@ -59,7 +59,7 @@ def supernode_superlink(pid: int | None = None) -> tuple[str, str | bool] | None
     ``--insecure``); None without such an ancestor or off Linux."""
     try:
         # Flower's own parser, so defaults (address, TLS) are those the SuperNode applied
-        from fedapp.compat import supernode_parser
+        from fedapp.core.compat import supernode_parser
 
         pid = _ppid(pid or os.getpid())
         while pid > 1:

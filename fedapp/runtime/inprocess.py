@@ -12,7 +12,7 @@ clients train on a GPU the workers are spawned instead and import fedapp's Clien
 were seen to hang on an H200); they share the card as Ray's actors do. A worker
 gets the node's context with the message and hands it back with the reply, so client state
 lives here as in the serial engine. Every training and evaluation message seeds torch's
-global generator before it builds its model (``fedapp.client_app.make_client``) and a
+global generator before it builds its model (``fedapp.runtime.client_app.make_client``) and a
 process runs one message at a time, so a client's randomness (initialisation, dropout, its
 batches) does not depend on which worker runs it or in what order: with the same torch
 threads per client, the parallel engine's run is bit-identical to the serial one.
@@ -35,8 +35,8 @@ from flwr.app import Context, Error, Message, MessageType, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 
-from fedapp.compat import SERVER_NODE_ID, decode, encode, set_task_identity, task_identity
-from fedapp.faults import Stalled, simulated_stalls
+from fedapp.core.compat import SERVER_NODE_ID, decode, encode, set_task_identity, task_identity
+from fedapp.runtime.faults import Stalled, simulated_stalls
 
 
 def _copy(content: RecordDict) -> RecordDict:
@@ -68,7 +68,7 @@ def workers_of(run_config: Mapping[str, Any]) -> int:
 # ---- worker processes ------------------------------------------------------------------------------
 _WORKER_APP: ClientApp | None = None
 #: fedapp's ClientApp, as a spawned worker imports it
-APP_REF = "fedapp.client_app:app"
+APP_REF = "fedapp.runtime.client_app:app"
 
 
 def _init_worker(client_app: ClientApp | str, threads: int, identity: tuple[int, int, int]) -> None:
@@ -87,7 +87,7 @@ def start_method(client_app: ClientApp, run_config: Mapping[str, Any]) -> tuple[
     """How the workers start, and the app they are given: spawned with ``APP_REF`` for fedapp's
     ClientApp training on CUDA, else forked with the app itself (the platform's default start
     where it cannot fork)."""
-    from fedapp.client_app import app
+    from fedapp.runtime.client_app import app
 
     if client_app is app and run_config.get("device", "auto") != "cpu" and torch.cuda.is_available():
         return "spawn", APP_REF
@@ -106,7 +106,7 @@ def _work(blob: bytes, metadata: dict, context: Context) -> tuple[str, Any, Cont
 class InProcessGrid(Grid):
     """Nodes ``101..100+n`` with node config ``partition-id = i``; replies computed on push.
 
-    A client that stalls (``fedapp.faults``) is a reply that never arrives: exchanges return
+    A client that stalls (``fedapp.runtime.faults``) is a reply that never arrives: exchanges return
     without it, as a real grid does after ``round-timeout``, but without waiting.
     """
 
@@ -208,9 +208,9 @@ class InProcessGrid(Grid):
 def run_local(run_config: Mapping[str, Any], num_nodes: int | None = None, client_app: ClientApp | None = None,
               grid: InProcessGrid | None = None):
     """Run the ServerApp's main loop in this process over an InProcessGrid; returns the strategy."""
-    from fedapp.client_app import app as default_client_app
-    from fedapp.registry import parse_run_config
-    from fedapp.server_app import run
+    from fedapp.runtime.client_app import app as default_client_app
+    from fedapp.runtime.registry import parse_run_config
+    from fedapp.runtime.server_app import run
 
     cfg = parse_run_config(run_config)
     grid = grid or InProcessGrid(client_app or default_client_app, num_nodes or cfg.num_clients, run_config)

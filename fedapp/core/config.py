@@ -6,7 +6,7 @@ a type, a default and a check. ``pyproject.toml`` mirrors these defaults; a test
 keeps the two in sync. Bad input raises :class:`ConfigError` naming the key and
 the allowed values before any training starts.
 
-This module parses the common keys and knows no algorithm: ``fedapp.registry.parse_run_config``
+This module parses the common keys and knows no algorithm: ``fedapp.runtime.registry.parse_run_config``
 adds every registered algorithm's keys (and the strategy names) and parses a whole run config.
 """
 
@@ -76,25 +76,25 @@ class Key:
 
 
 def _datasets() -> Iterable[str]:
-    from fedapp.data import DATASETS
+    from fedapp.core.data import DATASETS
 
     return DATASETS
 
 
 def _partitions() -> Iterable[str]:
-    from fedapp.data import PARTITION_NAMES
+    from fedapp.core.data import PARTITION_NAMES
 
     return PARTITION_NAMES
 
 
 def _models() -> Iterable[str]:
-    from fedapp.models import MODELS
+    from fedapp.core.models import MODELS
 
     return MODELS
 
 
 COMMON_KEYS: tuple[Key, ...] = (
-    # its choices, the registered algorithms, are added by fedapp.registry
+    # its choices, the registered algorithms, are added by fedapp.runtime.registry
     Key("strategy", str, "fedavg", "Algorithm: server strategy and matching client."),
     Key("num-server-rounds", int, 10, "Federated rounds (PeFLL: training steps).", low=1),
     # 2: the size of Flower's default local simulation federation, so a plain `flwr run .` works
@@ -181,12 +181,13 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("channels-last", bool, True, "Train on image batches laid out channels-last (NHWC) on CPU, where convolutions "
         "run faster on them (evaluation always does); the numbers differ from NCHW's in float rounding only. false: "
         "NCHW, the layout of the runs stored before this key existed."),
-    Key("local-workers", int, 1, "In-process engine (fedapp.inprocess): 1 runs an exchange's clients one after "
+    Key("local-workers", int, 1, "In-process engine (fedapp.runtime.inprocess): 1 runs an exchange's clients one after "
         "another in this process, n > 1 in n worker processes (same results), 0 one per CPU.", low=0),
     Key("round-timeout", float, 600.0, "Seconds to wait for replies in one exchange.", low=0.0, low_open=True),
     Key("node-wait-timeout", float, 120.0, "Seconds to wait for num-clients nodes to connect.", low=0.0),
     Key("site-keys", str, "", "Deployment: TOML table on the SuperLink's machine binding each SuperNode public key "
-        "to its partition-id and site name (fedapp/sites.py); '' none: the first node to claim a partition serves it."),
+        "to its partition-id and site name (fedapp/core/sites.py); '' none: the first node to claim a partition "
+        "serves it."),
     Key("results-dir", str, "results", "Where each run writes its folder of results (absolute for deployments)."),
     Key("run-name", str, "", "Name of the run's results folder; '' makes strategy-dataset-timestamp."),
     Key("tensorboard", bool, False, "Also log every round's metrics for TensorBoard under the run folder's "
@@ -277,7 +278,7 @@ class RunConfig:
 
 def parse_common(run_config: Mapping[str, Any], keys: Mapping[str, Key] | None = None) -> RunConfig:
     """Validate ``run_config`` (missing keys take defaults) against ``keys`` (default: the common
-    keys; ``fedapp.registry.parse_run_config`` passes every algorithm's too) into a RunConfig without
+    keys; ``fedapp.runtime.registry.parse_run_config`` passes every algorithm's too) into a RunConfig without
     an algorithm prefix.
 
     Raises ConfigError for an unknown key, a bad value or an inconsistent pair of common keys.

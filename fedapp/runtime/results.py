@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 from flwr.common.logger import log
 
-from fedapp import checkpoint
-from fedapp.config import RunConfig
-from fedapp.files import atomic_write
+from fedapp.runtime import checkpoint
+from fedapp.core.config import RunConfig
+from fedapp.core.files import atomic_write
 
 
 def run_name(cfg: RunConfig) -> str:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from fedapp.config import ConfigError
-from fedapp.models import body_head_keys, declared_head, is_builtin, layer_groups, split_declared
+from fedapp.core.config import ConfigError
+from fedapp.core.models import body_head_keys, declared_head, is_builtin, layer_groups, split_declared
 
 
 def fedals_layer_groups(model: torch.nn.Module, grouping: str = "layers") -> list[list[str]]:
@@ -42,7 +42,7 @@ def split_layers(model: torch.nn.Module, body_layers: int, grouping: str) -> tup
     ``grouping`` (``fedals.layer-groups``) are the body. 0 is the paper's default (Table 4): the body
     is the convolutional layers and the head the final dense layers (LeNet: conv1, conv2 | fc1, fc2,
     fc; ResNet-20: all convs | fc); for a model without convolutions, all layers but the last. A model
-    that declares its head (``fedapp.models.declared_head``) is split there with 0; a user's model that
+    that declares its head (``fedapp.core.models.declared_head``) is split there with 0; a user's model that
     declares none needs a head declaration or ``body-layers``."""
     groups = fedals_layer_groups(model, grouping)
     n, L = len(groups), body_layers

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedapp.config import RunConfig
-from fedapp.data import Dataset, load_dataset, local_test_split, split_seen_unseen
-from fedapp.data.sources import DATA_OPTIONS, cache_dir
-from fedapp.models import build_model
+from fedapp.core.config import RunConfig
+from fedapp.core.data import Dataset, load_dataset, local_test_split, split_seen_unseen
+from fedapp.core.data.sources import DATA_OPTIONS, cache_dir
+from fedapp.core.models import build_model
 
 
 def device_of(cfg: RunConfig) -> torch.device:
@@ -87,7 +87,7 @@ def _partitions(name: str, data_dir: str, num_clients: int, seed: int, s_alpha: 
     ds = _dataset(name, data_dir, num_clients, seed, s_alpha, s_beta, options)
 
     def build():
-        from fedapp.data.partitioners import partition_indices
+        from fedapp.core.data.partitioners import partition_indices
 
         return partition_indices(partition, ds.train_y.numpy(), num_clients, seed, alpha=alpha,
                                  classes_per_client=classes, num_shards=shards, sigma=sigma,
@@ -116,7 +116,7 @@ def _test_partitions(name: str, data_dir: str, num_clients: int, seed: int, s_al
     ds = _dataset(name, data_dir, num_clients, seed, s_alpha, s_beta, options)
 
     def build():
-        from fedapp.data.partitioners import half_classes_test_split
+        from fedapp.core.data.partitioners import half_classes_test_split
 
         return half_classes_test_split(ds.train_y.numpy(), ds.test_y.numpy(), num_clients, seed)
     return cached_indices("test-partitions", (num_clients, seed, ds.train_y, ds.test_y), build)
@@ -128,7 +128,7 @@ def _pfedhn_partitions(name: str, data_dir: str, num_clients: int, seed: int, s_
     ds = _dataset(name, data_dir, num_clients, seed, s_alpha, s_beta, options)
 
     def build():
-        from fedapp.data.partitioners import pfedhn_partitions
+        from fedapp.core.data.partitioners import pfedhn_partitions
 
         return pfedhn_partitions(ds.train_y.numpy(), ds.test_y.numpy(), num_clients, classes, seed)
     return cached_indices("pfedhn-partitions", (num_clients, classes, seed, ds.train_y, ds.test_y), build)
