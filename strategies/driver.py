@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
-from flwr.common.logger import log
+from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 

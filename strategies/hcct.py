@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.common.logger import log
+from flwr.common import log
 from flwr.serverapp import Grid
 
 from clients.hcct import HCCTClient, HCCTPClient

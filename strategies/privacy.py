@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord
 from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
-from flwr.common.logger import log
+from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import (DifferentialPrivacyClientSideAdaptiveClipping,
                                      DifferentialPrivacyClientSideFixedClipping,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from logging import INFO
 
-from flwr.common.logger import log
+from flwr.common import log
 
 from fedapp.core.compat import engine_pickup
 

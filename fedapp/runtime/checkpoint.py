@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 from flwr.app import ArrayRecord
-from flwr.common.logger import log
+from flwr.common import log
 
 from fedapp.core.config import ConfigError, RunConfig
 from fedapp.runtime.registry import defaults

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from flwr.common.logger import log
+from flwr.common import log
 
 from fedapp.runtime import checkpoint, registry
 from fedapp.core.config import ConfigError, RunConfig

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.common.logger import log
+from flwr.common import log
 
 from fedapp.runtime import checkpoint
 from fedapp.core.config import RunConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 from logging import INFO, WARNING
 
 from flwr.app import Context
-from flwr.common.logger import log
+from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
 from fedapp.runtime import checkpoint, preflight, registry

@@ -32,7 +32,7 @@ from logging import INFO
 from pathlib import Path
 
 from flwr.app import Context, Message
-from flwr.common.logger import log
+from flwr.common import log
 
 from fedapp.core.compat import ClientAppCallable
 

@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 import torch
-from flwr.common.logger import log
+from flwr.common import log
 from PIL import Image
 
 from .indices import local_test_split
