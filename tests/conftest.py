@@ -5,6 +5,7 @@ import os
 # One BLAS thread: on a loaded 2-core machine numpy's threads slow small dot products 20-1000x.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -19,6 +20,21 @@ os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
 torch.set_num_threads(1)
 
 SHARED_DATA = ROOT.parent / "shared" / "data"
+APP = ("pyproject.toml", "README.md", "LICENSE", ".gitignore", "fedapp", "strategies", "clients")
+
+
+def app_checkout(dest: Path) -> Path:
+    """The app's files (what `flwr run` packs into its FAB) as another checkout at ``dest``. `flwr run`
+    of the copy ships the same FAB, and builds it in a fraction of a second: Flower's ``collect_files``
+    walks every file under the app's folder before filtering, in this checkout the .venv's 50,000."""
+    dest.mkdir(parents=True)
+    for name in APP:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(src, dest / name)
+    return dest
 
 
 @pytest.fixture

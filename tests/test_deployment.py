@@ -24,6 +24,7 @@ from fedapp.runtime.client_app import app, load_state
 from fedapp.runtime.registry import parse_run_config
 from fedapp.runtime.launch import process_tree
 from fedapp.runtime.inprocess import InProcessGrid, run_local
+from tests.conftest import app_checkout
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -81,6 +82,7 @@ class Federation:
         self.creds = root / "creds"
         self.port = free_port()
         self.procs: dict[str, subprocess.Popen] = {}
+        self.app = app_checkout(root / "app")  # `flwr run` of the checkout would walk its .venv
         self.cli_env = self.env(root / "cli")
         (root / "cli" / "config.toml").write_text(
             f'[superlink]\ndefault = "sites"\n\n[superlink.sites]\naddress = "127.0.0.1:{self.port}"\n'
@@ -160,7 +162,7 @@ class Federation:
         return result
 
     def submit(self, config: str) -> str:
-        return self.flwr("run", str(ROOT), "sites", "--run-config", config)["run-id"]
+        return self.flwr("run", str(self.app), "sites", "--run-config", config)["run-id"]
 
     def wait_finished(self, run_id: str, results: Path, num_rows: int, timeout: float = 300.0) -> dict:
         """The run's final `flwr ls` entry. Each `flwr ls` is a CLI start, so until ``results``

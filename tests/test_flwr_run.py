@@ -15,6 +15,7 @@ from fedapp.runtime import launch as launcher
 from fedapp.core.config import ConfigError
 from fedapp.runtime.launch import (BIN, LAUNCH_ID, RunStopped, flwr_env, free_port_base, launch, launched_processes,
                                    run_status, stop_local_superlink)
+from tests.conftest import app_checkout
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,7 +109,7 @@ def test_plain_flwr_run_on_a_fresh_offline_flower_home(tmp_path):
     try:
         out = subprocess.run([str(BIN / "flwr"), "run", ".", "--stream", "--run-config",
                               f"num-server-rounds=1 local-steps=2 results-dir='{results}' run-name='p'"],
-                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                             cwd=app_checkout(tmp_path / "app"), env=env, capture_output=True, text=True, timeout=300)
     finally:
         stop_local_superlink(home)  # plain `flwr run` leaves its local SuperLink running
     assert out.returncode == 0, out.stdout + out.stderr

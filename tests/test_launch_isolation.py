@@ -6,28 +6,12 @@ import http.server
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 from fedapp.runtime.launch import launched_processes
-
-ROOT = Path(__file__).resolve().parents[1]
-APP = ("pyproject.toml", "README.md", "LICENSE", ".gitignore", "fedapp", "strategies", "clients")
-
-
-def checkout(dest: Path) -> Path:
-    """The app's files (what `flwr run` ships) as another checkout."""
-    dest.mkdir()
-    for name in APP:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(src, dest / name)
-    return dest
+from tests.conftest import app_checkout as checkout
 
 
 class Foreign(http.server.BaseHTTPRequestHandler):
