@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
-# one worker a core, tests handed out one by one; those sharing a module fixture (a federation) stay
+# one worker a core and one more (the tests that start real Flower processes spend half their time
+# waiting on them), tests handed out one by one; those sharing a module fixture (a federation) stay
 # together on one worker (tests/conftest.py); PYTEST_WORKERS=0 runs in this process
-python -m pytest -q -n "${PYTEST_WORKERS:-auto}" --dist loadgroup "$@"
+python -m pytest -q -n "${PYTEST_WORKERS:-$(( $(nproc) + 1 ))}" --dist loadgroup "$@"
