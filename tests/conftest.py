@@ -46,6 +46,7 @@ def small_config(tmp_path):
     }
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the group into the node id
 def pytest_collection_modifyitems(items):
     """Under pytest-xdist's ``--dist loadgroup`` (scripts/test.sh) tests spread over the workers one
     by one; those that share a module-scoped fixture (a federation of real processes, a run made once)

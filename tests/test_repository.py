@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,3 +81,29 @@ def test_results_pages_at_most_250_lines():
     pages = sorted(ROOT.glob("simulations/*/README.md")) + [ROOT / "docs" / "performance.md"]
     long = {str(p.relative_to(ROOT)): n for p in pages if (n := len(p.read_text().splitlines())) > 250}
     assert len(pages) == 5 and long == {}
+
+
+PROBE = '''
+import os, pytest
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    with open(os.environ["PROBE_OUT"], "a") as f:
+        f.write(os.environ.get("PYTEST_XDIST_WORKER", "") + " " + item.nodeid + "\\n")
+    pytest.skip("probe")
+'''
+
+
+def test_tests_sharing_a_federation_run_on_one_worker(tmp_path):
+    """scripts/test.sh's ``--dist loadgroup``: the tests of a module that share a module-scoped fixture (a
+    federation of real processes) are one group on one worker, so the federation starts once (with pytest
+    9.2, pytest-xdist 3.8 no longer groups: its group suffix lands in an attribute the node id ignores)."""
+    (tmp_path / "probe.py").write_text(PROBE)
+    out = tmp_path / "ran.txt"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "PROBE_OUT": str(out)}
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "probe", "-p", "no:cacheprovider", "-n", "2", "--dist",
+                    "loadgroup", "tests/test_deployment.py", "tests/test_config.py"], cwd=ROOT, env=env,
+                   capture_output=True, check=True)
+    ran = [line.split(" ", 1) for line in out.read_text().splitlines()]
+    deployment = {worker for worker, node in ran if node.startswith("tests/test_deployment.py::")}
+    assert len(deployment) == 1 and len({worker for worker, _ in ran}) == 2, ran
+    assert all(node.endswith("@test_deployment") for _, node in ran if node.startswith("tests/test_deployment.py"))
