@@ -5,7 +5,8 @@ the model it should, an ArrayRecord of ``--bogus-mb`` MiB (docs/reliability.md, 
 
 The reply goes through ``Driver.exchange`` (as it arrives; ``reply-memory-mb = 0``, so a reply that
 is kept goes to disk, as a server short of memory does) and ``parse_replies``; the script prints the
-process's peak RSS growth over that step (the reply itself is built before) and the drop reason.
+process's peak RSS growth over that step (the reply itself is built before, and a valid reply is read
+first) and the drop reason.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def main() -> None:
     a = p.parse_args()
     strategy, sent, spec = setup({"strategy": "fedavg", "dataset": "synthetic", "reply-memory-mb": 0,
                                   "results-dir": "OUT"})
+    read(strategy, sent, spec, reply_to(sent))  # a valid reply first: the modules the reading imports
     reply = reply_to(sent, bogus=bogus(a.bogus_mb * 2**20))
     with open("/proc/self/clear_refs", "w") as f:  # Linux: the peak RSS (VmHWM) restarts from the current RSS
         f.write("5")
