@@ -124,7 +124,8 @@ def oversize(content: RecordDict, bound: int) -> str | None:
         for k, a in rec.items():
             declared = declared_bytes(a)
             if len(a.data) > declared + ARRAY_HEADER_SLACK:
-                return f"{name}/{k} holds {len(a.data)} bytes, its shape {tuple(a.shape)} and dtype {a.dtype} declare {declared}"
+                return (f"{name}/{k} holds {len(a.data)} bytes, its shape {tuple(a.shape)} and dtype {a.dtype} "
+                        f"declare {declared}")
             total += declared
     if total > bound:
         return f"arrays declaring {total} bytes > {bound} expected"
