@@ -111,6 +111,11 @@ REPLY_METRICS_MAX_KEYS = 256
 #: most bytes of a reply's config and metric records together (Flower's ``count_bytes``)
 REPLY_RECORDS_MAX_BYTES = 64 * 2**10
 
+#: how many times the bytes of the arrays a reply should carry its arrays may declare before they are
+#: dropped as they arrive (``oversized``); up to it, ``check_reply`` names what is wrong (a float64
+#: model is ``wrong-dtype``)
+REPLY_ARRAYS_MARGIN = 2.0
+
 #: longest wait between two pulls of replies: a simulation's in-memory grid answers a pull from this
 #: process's memory, a deployment's HTTP grid with a request to the SuperLink
 PULL_WAIT = {"memory": 0.02, "http": 0.1}
@@ -355,23 +360,23 @@ class Driver:
                  expected: Mapping[int, Spec | None] | None = None) -> list[Message]:
         """Send the messages and return the replies, counting bytes both ways. A reply's arrays are
         bounded as it arrives, from their metadata and byte lengths, before anything is decoded,
-        spilled or kept: by the bytes of the arrays ``expected`` asks of its partition (default: the
-        strategy's ``expected`` for the messages' type), or where that asks none (evaluation) by
-        the bytes of the arrays it was sent. A reply over its bound keeps only its other records and
-        is dropped as ``oversized`` by ``parse_replies``."""
+        spilled or kept: by ``REPLY_ARRAYS_MARGIN`` times the bytes of the arrays ``expected`` asks
+        of its partition (default: the strategy's ``expected`` for the messages' type), or where
+        that asks none (evaluation) of the arrays it was sent. A reply over its bound keeps only its
+        other records and is dropped as ``oversized`` by ``parse_replies``."""
         bound: dict[int, int] = {}  # node id -> most array bytes its reply may declare
         for msg in msgs:
             nbytes, params = content_bytes(msg.content)
             self.traffic[f"{traffic}-bytes-down"] += nbytes
             self.traffic[f"{traffic}-params-down"] += params
-            bound[msg.metadata.dst_node_id] = sum(declared_bytes(a) for r in msg.content.array_records.values()
-                                                  for a in r.values())
+            bound[msg.metadata.dst_node_id] = int(REPLY_ARRAYS_MARGIN * sum(
+                declared_bytes(a) for r in msg.content.array_records.values() for a in r.values()))
         if expected is None and msgs:
             kind = "train" if msgs[0].metadata.message_type == MessageType.TRAIN else "evaluate"
             expected = getattr(self.strategy, "expected", {}).get(kind, {})
         for pid, spec in (expected or {}).items():
             if spec is not None and pid in self.strategy.clients:
-                bound[self.strategy.clients[pid].node_id] = spec_bytes(spec)
+                bound[self.strategy.clients[pid].node_id] = int(REPLY_ARRAYS_MARGIN * spec_bytes(spec))
         budget, self.spilled, self.oversized = self.cfg.reply_memory_mb * 2**20, {}, {}
 
         def arrived(msg: Message) -> Message:
@@ -572,9 +577,6 @@ class Driver:
             return "bad-num-examples"
         if spec is None:
             return None
-        why = oversize(content, spec_bytes(spec))  # before any array is decoded
-        if why is not None:
-            return f"oversized: {why}"
         got = {name: {k: (tuple(a.shape), a.dtype) for k, a in rec.items()}
                for name, rec in content.array_records.items()}
         if set(got) != set(spec):
@@ -588,6 +590,9 @@ class Driver:
                     return f"wrong-shape: {name}/{k} {gshape} != {shape}"
                 if gdtype != str(dtype).removeprefix("torch."):
                     return f"wrong-dtype: {name}/{k} {gdtype} != {dtype}"
+        why = oversize(content, spec_bytes(spec))  # the bytes each array holds, before any is decoded
+        if why is not None:
+            return f"oversized: {why}"
         for name, rec in content.array_records.items():
             for k, a in rec.items():
                 arr = array_numpy(a)

@@ -24,7 +24,7 @@ from fedapp.core.config import ConfigError
 from fedapp.runtime.registry import parse_run_config
 from fedapp.runtime.inprocess import run_local
 from fedapp.runtime.server_app import build_strategy
-from strategies.driver import REPLY_METRICS_MAX_KEYS, REPLY_RECORDS_MAX_BYTES, ClientInfo
+from strategies.driver import REPLY_ARRAYS_MARGIN, REPLY_METRICS_MAX_KEYS, REPLY_RECORDS_MAX_BYTES, ClientInfo
 from test_deployment import ROOT, Federation, free_port
 from test_deployment_proxy import NGINX, wait_listening
 from test_reliability import config, image_tree, same_rows, tensors  # noqa: F401
@@ -160,8 +160,9 @@ def test_proxy_refuses_an_oversized_body_before_forwarding_it(tmp_path):
 
 
 def test_oversized_arrays_dropped_before_decoding(config, monkeypatch):
-    """A reply whose arrays are larger than the model it should send (4 MiB here) is dropped as
-    ``oversized`` as it arrives, from the arrays' metadata and byte lengths: an extra record of 10x
+    """A reply whose arrays are larger than ``REPLY_ARRAYS_MARGIN`` times the model it should send
+    (4 MiB here) is dropped as ``oversized`` as it arrives, from the arrays' metadata and byte
+    lengths: an extra record of 10x
     the model, the model's array holding 10x the bytes its shape declares, an evaluation reply with
     10x the arrays it was sent. With ``reply-memory-mb = 0`` (a kept reply goes to disk and is read
     back) the server allocates under 1 MiB while it reads one; the valid reply still passes."""
@@ -173,6 +174,7 @@ def test_oversized_arrays_dropped_before_decoding(config, monkeypatch):
         monkeypatch.setattr(TaskIdentity, name, getattr(TaskIdentity, name, None))
     strategy, sent, spec = setup(config("fedavg", **{"reply-memory-mb": 0}))
     big = 10 * 4 * MODEL
+    assert REPLY_ARRAYS_MARGIN < 10
     padded = Array(dtype="float32", shape=(MODEL,), stype="numpy.ndarray",
                    data=sent.content["w"]["w"].data + bytes(big))
     cases = {"extra record": (reply_to(sent, bogus=bogus(big)), spec),
