@@ -34,8 +34,8 @@ from fedapp.core import pickup, sites
 from fedapp.core.aggregation import coordinate_wise
 from fedapp.core.compat import answers, app_component, flower_grids, lacks_handler
 from fedapp.core.config import ConfigError, RunConfig
-from fedapp.core.records import (Payload, RecordStore, Tensors, array_numpy, content_bytes, make_content, payload_of,
-                                 to_record)
+from fedapp.core.records import (Payload, RecordStore, Tensors, array_numpy, content_bytes, declared_bytes,
+                                 make_content, oversize, payload_of, spec_bytes, to_record)
 from fedapp.core.spill import SpilledContent, spill
 
 
@@ -110,6 +110,11 @@ def spec_of(payload: Mapping[str, Tensors]) -> Spec:
 REPLY_METRICS_MAX_KEYS = 256
 #: most bytes of a reply's config and metric records together (Flower's ``count_bytes``)
 REPLY_RECORDS_MAX_BYTES = 64 * 2**10
+
+#: how many times the bytes of the arrays a reply should carry its arrays may declare before they are
+#: dropped as they arrive (``oversized``); up to it, ``check_reply`` names what is wrong (a float64
+#: model is ``wrong-dtype``)
+REPLY_ARRAYS_MARGIN = 2.0
 
 #: longest wait between two pulls of replies: a simulation's in-memory grid answers a pull from this
 #: process's memory, a deployment's HTTP grid with a request to the SuperLink
@@ -205,6 +210,8 @@ class Driver:
         #: id of a message of the last exchange -> its reply's arrays on disk (``reply-memory-mb``),
         #: until parse_replies reads them
         self.spilled: dict[str, SpilledContent] = {}
+        #: id of a message of the last exchange -> why its reply's arrays were too large to keep
+        self.oversized: dict[str, str] = {}
         self.state_holders: set[int] = set()  # partition ids that reported committing client state
         self.state_lost: set[int] = set()  # partition ids that did not hold the state version asked for
         self.reported_lost: set[int] = set()
@@ -345,23 +352,43 @@ class Driver:
         base = self.strategy.base_config["train" if message_type == MessageType.TRAIN else "evaluate"]
         per_client = config if callable(config) else lambda pid: config
         contents = self.contents(server_round, payloads, lambda pid: {**base, **per_client(pid)}, broadcast, shared)
-        replies = self.exchange(grid, self.messages(contents, message_type), traffic)
-        return self.parse_replies(replies, {pid: None if spec is None else spec(pid) for pid in contents})
+        expected = {pid: None if spec is None else spec(pid) for pid in contents}
+        return self.parse_replies(self.exchange(grid, self.messages(contents, message_type), traffic, expected),
+                                  expected)
 
-    def exchange(self, grid: Grid, msgs: list[Message], traffic: str = "train") -> list[Message]:
-        """Send the messages and return the replies, counting bytes both ways."""
+    def exchange(self, grid: Grid, msgs: list[Message], traffic: str = "train",
+                 expected: Mapping[int, Spec | None] | None = None) -> list[Message]:
+        """Send the messages and return the replies, counting bytes both ways. A reply's arrays are
+        bounded as it arrives, from their metadata and byte lengths, before anything is decoded,
+        spilled or kept: by ``REPLY_ARRAYS_MARGIN`` times the bytes of the arrays ``expected`` asks
+        of its partition (default: the strategy's ``expected`` for the messages' type), or where
+        that asks none (evaluation) of the arrays it was sent. A reply over its bound keeps only its
+        other records and is dropped as ``oversized`` by ``parse_replies``."""
+        bound: dict[int, int] = {}  # node id -> most array bytes its reply may declare
         for msg in msgs:
             nbytes, params = content_bytes(msg.content)
             self.traffic[f"{traffic}-bytes-down"] += nbytes
             self.traffic[f"{traffic}-params-down"] += params
-        budget, self.spilled = self.cfg.reply_memory_mb * 2**20, {}
+            bound[msg.metadata.dst_node_id] = int(REPLY_ARRAYS_MARGIN * sum(
+                declared_bytes(a) for r in msg.content.array_records.values() for a in r.values()))
+        if expected is None and msgs:
+            kind = "train" if msgs[0].metadata.message_type == MessageType.TRAIN else "evaluate"
+            expected = getattr(self.strategy, "expected", {}).get(kind, {})
+        for pid, spec in (expected or {}).items():
+            if spec is not None and pid in self.strategy.clients:
+                bound[self.strategy.clients[pid].node_id] = int(REPLY_ARRAYS_MARGIN * spec_bytes(spec))
+        budget, self.spilled, self.oversized = self.cfg.reply_memory_mb * 2**20, {}, {}
 
         def arrived(msg: Message) -> Message:
             if msg.has_content():
                 nbytes, params = content_bytes(msg.content)
                 self.traffic[f"{traffic}-bytes-up"] += nbytes
                 self.traffic[f"{traffic}-params-up"] += params
-                if nbytes * len(msgs) > budget:  # all of them together would not fit: to disk now
+                why = oversize(msg.content, bound.get(msg.metadata.src_node_id, 0))
+                if why is not None:  # let go of its arrays now
+                    self.oversized[msg.metadata.reply_to_message_id] = why
+                    msg.content = RecordDict({k: r for k, r in msg.content.items() if not isinstance(r, ArrayRecord)})
+                elif nbytes * len(msgs) > budget:  # all of them together would not fit: to disk now
                     msg.content, spilled = spill(msg.content, self.cfg.state_spill_dir or None)
                     self.spilled[msg.metadata.reply_to_message_id] = spilled
             return msg
@@ -400,6 +427,10 @@ class Driver:
                 # counted by the error's first line (same failure, same key); the log has more
                 first = (msg.error.reason or "?").strip().splitlines()[0][:120]
                 self.drop(f"client-error: {first}", pid=pid, detail=msg.error.reason[:500])
+                continue
+            why = self.oversized.pop(msg.metadata.reply_to_message_id, None)
+            if why is not None:
+                self.drop("oversized", pid=pid, detail=f"oversized: {why}")
                 continue
             spilled = self.spilled.pop(msg.metadata.reply_to_message_id, None)
             content = msg.content if spilled is None else spilled.content(msg.content)  # one reply at a time
@@ -559,6 +590,9 @@ class Driver:
                     return f"wrong-shape: {name}/{k} {gshape} != {shape}"
                 if gdtype != str(dtype).removeprefix("torch."):
                     return f"wrong-dtype: {name}/{k} {gdtype} != {dtype}"
+        why = oversize(content, spec_bytes(spec))  # the bytes each array holds, before any is decoded
+        if why is not None:
+            return f"oversized: {why}"
         for name, rec in content.array_records.items():
             for k, a in rec.items():
                 arr = array_numpy(a)

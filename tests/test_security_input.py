@@ -24,7 +24,7 @@ from fedapp.core.config import ConfigError
 from fedapp.runtime.registry import parse_run_config
 from fedapp.runtime.inprocess import run_local
 from fedapp.runtime.server_app import build_strategy
-from strategies.driver import REPLY_METRICS_MAX_KEYS, REPLY_RECORDS_MAX_BYTES, ClientInfo
+from strategies.driver import REPLY_ARRAYS_MARGIN, REPLY_METRICS_MAX_KEYS, REPLY_RECORDS_MAX_BYTES, ClientInfo
 from test_deployment import ROOT, Federation, free_port
 from test_deployment_proxy import NGINX, wait_listening
 from test_reliability import config, image_tree, same_rows, tensors  # noqa: F401
@@ -157,3 +157,34 @@ def test_proxy_refuses_an_oversized_body_before_forwarding_it(tmp_path):
         assert "client intended to send too large body" in (tmp_path / "proxy" / "error.log").read_text()
     finally:
         fed.stop("proxy")
+
+
+def test_oversized_arrays_dropped_before_decoding(config, monkeypatch):
+    """A reply whose arrays are larger than ``REPLY_ARRAYS_MARGIN`` times the model it should send
+    (4 MiB here) is dropped as ``oversized`` as it arrives, from the arrays' metadata and byte
+    lengths: an extra record of 10x
+    the model, the model's array holding 10x the bytes its shape declares, an evaluation reply with
+    10x the arrays it was sent. With ``reply-memory-mb = 0`` (a kept reply goes to disk and is read
+    back) the server allocates under 1 MiB while it reads one; the valid reply still passes."""
+    import tracemalloc
+
+    from simulations.reply_memory import MODEL, bogus, read, reply_to, setup
+
+    for name in ("_task_id", "_run_id", "_node_id"):  # setup() sets them as a ServerApp's: restored after
+        monkeypatch.setattr(TaskIdentity, name, getattr(TaskIdentity, name, None))
+    strategy, sent, spec = setup(config("fedavg", **{"reply-memory-mb": 0}))
+    big = 10 * 4 * MODEL
+    assert REPLY_ARRAYS_MARGIN < 10
+    padded = Array(dtype="float32", shape=(MODEL,), stype="numpy.ndarray",
+                   data=sent.content["w"]["w"].data + bytes(big))
+    cases = {"extra record": (reply_to(sent, bogus=bogus(big)), spec),
+             "held > declared": (reply_to(sent, w=ArrayRecord({"w": padded})), spec),
+             "evaluation": (reply_to(sent, bogus=bogus(big)), {0: None})}
+    assert [r.num_examples for r in read(strategy, sent, spec, reply_to(sent))] == [5]  # (and imports made)
+    for case, (reply, expected) in cases.items():
+        tracemalloc.start()
+        kept = read(strategy, sent, expected, reply)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert (kept, dict(strategy.driver.dropped)) == ([], {"oversized": 1}), case
+        assert peak < 2**20, (case, peak)

@@ -98,8 +98,43 @@ def content_bytes(content: RecordDict) -> tuple[int, int]:
     nbytes = params = 0
     for rec in content.array_records.values():
         nbytes += rec.count_bytes()
-        params += sum(int(a.numpy().size) if not a.shape else _numel(a.shape) for a in rec.values())
+        params += sum(_numel(a.shape) for a in rec.values())  # from the metadata: nothing decoded
     return nbytes, params
+
+
+#: bytes an Array may hold beyond its data: the .npy header (64-byte aligned; 128 for any array
+#: of fewer than about 20 dimensions)
+ARRAY_HEADER_SLACK = 4096
+
+
+def declared_bytes(a: Array) -> int:
+    """The data bytes an Array's metadata (shape, dtype) declares; 0 for a dtype numpy does not know."""
+    try:
+        return _numel(a.shape) * np.dtype(a.dtype).itemsize
+    except TypeError:
+        return 0
+
+
+def oversize(content: RecordDict, bound: int) -> str | None:
+    """Why ``content``'s arrays are larger than they may be, read from the records' metadata and
+    byte lengths alone (nothing decoded), or None: an array holding more bytes than its shape and
+    dtype declare (plus ``ARRAY_HEADER_SLACK``), or arrays declaring more than ``bound`` bytes in all."""
+    total = 0
+    for name, rec in content.array_records.items():
+        for k, a in rec.items():
+            declared = declared_bytes(a)
+            if len(a.data) > declared + ARRAY_HEADER_SLACK:
+                return (f"{name}/{k} holds {len(a.data)} bytes, its shape {tuple(a.shape)} and dtype {a.dtype} "
+                        f"declare {declared}")
+            total += declared
+    if total > bound:
+        return f"arrays declaring {total} bytes > {bound} expected"
+    return None
+
+
+def spec_bytes(spec: Mapping[str, Mapping[str, tuple[tuple[int, ...], torch.dtype]]]) -> int:
+    """The data bytes of the arrays a reply spec (names -> shapes, dtypes) asks for."""
+    return sum(_numel(shape) * dtype.itemsize for keys in spec.values() for shape, dtype in keys.values())
 
 
 def _numel(shape) -> int:
