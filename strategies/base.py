@@ -132,10 +132,7 @@ class FedStrategy(Strategy, metaclass=Settings):
         self.dataset = dataset
         self.global_state: Tensors = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         self.rng = np.random.default_rng([cfg.seed, 7])
-        self.clients: dict[int, ClientInfo] = {}
         self.unseen = unseen_clients(cfg)
-        self.totals: Counter = Counter()  # traffic since round 1 (an attribute: checkpoints carry it)
-        self.history: list[dict[str, Any]] = []
         #: this round's valid evaluation replies (pid, unseen, metrics): the results' clients.csv
         self.client_evals: list[tuple[int, bool, dict[str, float]]] = []
         self.results_path: Path | None = None  #: this run's results folder, once running with a writer
@@ -156,6 +153,26 @@ class FedStrategy(Strategy, metaclass=Settings):
         self.expected: dict[str, dict[int, Spec | None]] = {"train": {}, "evaluate": {}}
         self.in_round = False  # inside this class's own fit_round / evaluate_round
         self.driver = Driver(self)
+
+    # ---- the run state, the driver's (it writes it; checkpoints carry history and totals) ----
+    @property
+    def clients(self) -> dict[int, ClientInfo]:
+        """The discovered clients by partition id."""
+        return self.driver.clients
+
+    @clients.setter
+    def clients(self, clients: dict[int, ClientInfo]) -> None:  # a test's or benchmark's made-up federation
+        self.driver.clients = clients
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """One row per round run, round 0 first."""
+        return self.driver.history
+
+    @property
+    def totals(self) -> Counter:
+        """Traffic since round 1."""
+        return self.driver.totals
 
     @property
     def param_keys(self) -> list[str]:
@@ -529,7 +546,7 @@ class FedStrategy(Strategy, metaclass=Settings):
         evaluation's ``fed-*``, and the server side's ``central-*`` and ``evaluate_fn``'s).
         ``num_rounds`` / ``timeout`` default to the run config's ``num-server-rounds`` /
         ``round-timeout``. fedapp's additions: each round's full row (traffic, drops, timings) goes
-        to ``writer`` as soon as it is complete and to ``self.history``; ``start_round`` continues a
+        to ``writer`` as soon as it is complete and to ``self.history`` (the driver's); ``start_round`` continues a
         run restored from a checkpoint (its ``Result`` holds the rounds this call ran)."""
         self.honour(initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn)
         return self.driver.run(grid, evaluate_fn, writer, start_round)
