@@ -269,12 +269,10 @@ class FedStrategy(Strategy, metaclass=Settings):
         return weighted_mean([states[i] for i in chosen], [weights[i] for i in chosen])
 
     # ---- algorithm hooks (FedAvg defaults) ---------------------------------------------
-    def begin_train(self, server_round: int, grid: Grid) -> None:
-        """Work before the round's training messages are built (HCCT groups the clients here);
-        may exchange with the clients through ``round_trip``."""
-
-    def begin_evaluate(self, server_round: int, grid: Grid) -> None:
-        """Work before the evaluation messages are built (FedALS collects the bodies here)."""
+    def begin(self, phase: str, server_round: int, grid: Grid) -> None:
+        """Work before the round's ``phase`` ("train" or "evaluate") messages are built (HCCT groups
+        the clients before training, FedALS collects the bodies before evaluation); may exchange
+        with the clients through ``round_trip``."""
 
     def round_row(self, server_round: int) -> dict[str, Any]:
         """Entries of the round's results row besides aggregate_train's metrics (HCCT: the groups)."""
@@ -383,7 +381,7 @@ class FedStrategy(Strategy, metaclass=Settings):
             self.set_global_arrays(arrays)
         if not self.clients:  # Flower's loop does no discovery
             self.driver.discover(grid, wait=self.cfg.node_wait_timeout)
-        self.begin_train(server_round, grid)
+        self.begin("train", server_round, grid)
         contents = self.train_contents(server_round, config)
         self.expected["train"] = {pid: self.reply_spec(pid, server_round) for pid in contents}
         return self.driver.messages(contents, MessageType.TRAIN)
@@ -433,7 +431,7 @@ class FedStrategy(Strategy, metaclass=Settings):
             self.set_global_arrays(arrays)
         if not self.clients:
             self.driver.discover(grid, wait=self.cfg.node_wait_timeout)
-        self.begin_evaluate(server_round, grid)
+        self.begin("evaluate", server_round, grid)
         contents = self.evaluate_contents(server_round, config)
         self.expected["evaluate"] = dict.fromkeys(contents)
         return self.driver.messages(contents, MessageType.EVALUATE)
