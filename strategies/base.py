@@ -132,10 +132,7 @@ class FedStrategy(Strategy, metaclass=Settings):
         self.dataset = dataset
         self.global_state: Tensors = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         self.rng = np.random.default_rng([cfg.seed, 7])
-        self.clients: dict[int, ClientInfo] = {}
         self.unseen = unseen_clients(cfg)
-        self.totals: Counter = Counter()  # traffic since round 1 (an attribute: checkpoints carry it)
-        self.history: list[dict[str, Any]] = []
         #: this round's valid evaluation replies (pid, unseen, metrics): the results' clients.csv
         self.client_evals: list[tuple[int, bool, dict[str, float]]] = []
         self.results_path: Path | None = None  #: this run's results folder, once running with a writer
@@ -156,6 +153,26 @@ class FedStrategy(Strategy, metaclass=Settings):
         self.expected: dict[str, dict[int, Spec | None]] = {"train": {}, "evaluate": {}}
         self.in_round = False  # inside this class's own fit_round / evaluate_round
         self.driver = Driver(self)
+
+    # ---- the run state, the driver's (it writes it; checkpoints carry history and totals) ----
+    @property
+    def clients(self) -> dict[int, ClientInfo]:
+        """The discovered clients by partition id."""
+        return self.driver.clients
+
+    @clients.setter
+    def clients(self, clients: dict[int, ClientInfo]) -> None:  # a test's or benchmark's made-up federation
+        self.driver.clients = clients
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """One row per round run, round 0 first."""
+        return self.driver.history
+
+    @property
+    def totals(self) -> Counter:
+        """Traffic since round 1."""
+        return self.driver.totals
 
     @property
     def param_keys(self) -> list[str]:
@@ -252,12 +269,10 @@ class FedStrategy(Strategy, metaclass=Settings):
         return weighted_mean([states[i] for i in chosen], [weights[i] for i in chosen])
 
     # ---- algorithm hooks (FedAvg defaults) ---------------------------------------------
-    def begin_train(self, server_round: int, grid: Grid) -> None:
-        """Work before the round's training messages are built (HCCT groups the clients here);
-        may exchange with the clients through ``round_trip``."""
-
-    def begin_evaluate(self, server_round: int, grid: Grid) -> None:
-        """Work before the evaluation messages are built (FedALS collects the bodies here)."""
+    def begin(self, phase: str, server_round: int, grid: Grid) -> None:
+        """Work before the round's ``phase`` ("train" or "evaluate") messages are built (HCCT groups
+        the clients before training, FedALS collects the bodies before evaluation); may exchange
+        with the clients through ``round_trip``."""
 
     def round_row(self, server_round: int) -> dict[str, Any]:
         """Entries of the round's results row besides aggregate_train's metrics (HCCT: the groups)."""
@@ -366,7 +381,7 @@ class FedStrategy(Strategy, metaclass=Settings):
             self.set_global_arrays(arrays)
         if not self.clients:  # Flower's loop does no discovery
             self.driver.discover(grid, wait=self.cfg.node_wait_timeout)
-        self.begin_train(server_round, grid)
+        self.begin("train", server_round, grid)
         contents = self.train_contents(server_round, config)
         self.expected["train"] = {pid: self.reply_spec(pid, server_round) for pid in contents}
         return self.driver.messages(contents, MessageType.TRAIN)
@@ -416,7 +431,7 @@ class FedStrategy(Strategy, metaclass=Settings):
             self.set_global_arrays(arrays)
         if not self.clients:
             self.driver.discover(grid, wait=self.cfg.node_wait_timeout)
-        self.begin_evaluate(server_round, grid)
+        self.begin("evaluate", server_round, grid)
         contents = self.evaluate_contents(server_round, config)
         self.expected["evaluate"] = dict.fromkeys(contents)
         return self.driver.messages(contents, MessageType.EVALUATE)
@@ -529,7 +544,7 @@ class FedStrategy(Strategy, metaclass=Settings):
         evaluation's ``fed-*``, and the server side's ``central-*`` and ``evaluate_fn``'s).
         ``num_rounds`` / ``timeout`` default to the run config's ``num-server-rounds`` /
         ``round-timeout``. fedapp's additions: each round's full row (traffic, drops, timings) goes
-        to ``writer`` as soon as it is complete and to ``self.history``; ``start_round`` continues a
+        to ``writer`` as soon as it is complete and to ``self.history`` (the driver's); ``start_round`` continues a
         run restored from a checkpoint (its ``Result`` holds the rounds this call ran)."""
         self.honour(initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn)
         return self.driver.run(grid, evaluate_fn, writer, start_round)

@@ -164,15 +164,14 @@ def sample_size(pool: int, fraction: float, min_nodes: int) -> int:
 
 class RoundHooks(Protocol):
     """What the driver reads and calls on the strategy it runs (``strategies.base.FedStrategy``
-    implements it): the settings and run state it keeps, and the round's hooks. Declared here so the
+    implements it): the settings and algorithm state it keeps, and the round's hooks; the run state
+    the driver writes (``clients``, ``history``, ``totals``) is the driver's own. Declared here so the
     driver needs no import of the strategy's class."""
 
     cfg: RunConfig
     rng: np.random.Generator
-    clients: dict[int, ClientInfo]  # discovered clients by partition id
+    clients: dict[int, ClientInfo]  # the driver's ``clients``, read through the strategy in parse_replies
     unseen: frozenset[int]  # partition ids held out as new clients
-    history: list[dict[str, Any]]  # one row per round
-    totals: Counter  # traffic since round 1
     base_config: dict[str, dict[str, Any]]  # the config sent with every "train" / "evaluate" message
     run_key: str
     state_rounds: dict[int, int]  # partition id -> the round of the client state it holds
@@ -195,6 +194,10 @@ class Driver:
 
     def __init__(self, strategy: RoundHooks):
         self.strategy = strategy
+        # the run state the driver writes (checkpoints carry history and totals: fedapp.runtime.checkpoint)
+        self.clients: dict[int, ClientInfo] = {}  #: partition id -> its node, found at discovery
+        self.history: list[dict[str, Any]] = []  #: the rows of the rounds run, round 0 first
+        self.totals: Counter = Counter()  #: traffic since round 1
         #: node id -> the partition id it claimed that another node serves (-1: a plain Flower
         #: ClientApp the strategy cannot use)
         self.refused: dict[int, int] = {}
@@ -227,7 +230,7 @@ class Driver:
         ``site-keys`` table (``sites``) a node serves the partition it claims only if its key is
         bound to it; other nodes are refused (asked again at the next call: a site may have fixed
         its partition-id and restarted)."""
-        deadline, clients = time.time() + wait, self.strategy.clients
+        deadline, clients = time.time() + wait, self.clients
         unbound: set[int] = set()  # refused for their keys in this call
         while True:
             online = set(grid.get_node_ids())
@@ -287,10 +290,10 @@ class Driver:
         its own client refuses the run in one line; a node joining later is left out, with a warning."""
         strategy = self.strategy
         if strategy.plain_clients():
-            strategy.clients[node] = ClientInfo(node, None, None, False, plain=True)
+            self.clients[node] = ClientInfo(node, None, None, False, plain=True)
             return
         need = strategy.client_need()
-        if not strategy.history:
+        if not self.history:
             raise ConfigError(f"node {node} runs a plain Flower ClientApp (it answers no discovery query), which "
                               f"lacks {need}: run fedapp's ClientApp there, or a strategy whose clients only train "
                               f"the model they receive ({', '.join(plain_strategies())})")
@@ -319,7 +322,7 @@ class Driver:
             c["config"]["reply-nonce"] = self.nonces[pid]
             c["config"]["state-round"] = strategy.state_rounds.get(pid, 0)
             c["config"]["state-keep"] = strategy.kept_state_rounds.get(pid, 0)
-        return [Message(c, dst_node_id=self.strategy.clients[pid].node_id, message_type=message_type)
+        return [Message(c, dst_node_id=self.clients[pid].node_id, message_type=message_type)
                 for pid, c in contents.items()]
 
     def contents(self, server_round: int, payloads: Mapping[int, Mapping], config: Mapping | Callable[[int], Mapping],
@@ -613,13 +616,13 @@ class Driver:
             torch.set_num_threads(1)
         strategy.summary()
         self.discover(grid, wait=self.cfg.node_wait_timeout)
-        if len(strategy.clients) < self.cfg.num_clients:
-            log(WARNING, "only %d of %d clients connected; going on with those", len(strategy.clients),
+        if len(self.clients) < self.cfg.num_clients:
+            log(WARNING, "only %d of %d clients connected; going on with those", len(self.clients),
                 self.cfg.num_clients)
         if not strategy.train_pool():
             raise RuntimeError("no training client is connected")
-        t_start = time.time() - (strategy.history[-1]["wall-time"] if strategy.history else 0.0)
-        if not strategy.history:  # a run resumed from its round-0 checkpoint has this row
+        t_start = time.time() - (self.history[-1]["wall-time"] if self.history else 0.0)
+        if not self.history:  # a run resumed from its round-0 checkpoint has this row
             row = {"round": 0, **strategy.evaluate_central(), "wall-time": 0.0}
             row.update(self.server_evaluate(0, evaluate_fn, result))
             self.record(row, writer, result)
@@ -645,9 +648,9 @@ class Driver:
             if rnd % self.cfg.eval_every == 0 or rnd == num_rounds:
                 row.update(strategy.evaluate_round(rnd, grid))
             row.update(self.server_evaluate(rnd, evaluate_fn, result))
-            strategy.totals.update(self.traffic)
+            self.totals.update(self.traffic)
             row.update(self.traffic)
-            row.update({f"total-{k}": v for k, v in strategy.totals.items()})
+            row.update({f"total-{k}": v for k, v in self.totals.items()})
             row["dropped-replies"] = sum(self.dropped.values())
             row["dropped-reasons"] = dict(self.dropped)
             if lost := sorted(self.state_lost - self.reported_lost):
@@ -674,7 +677,7 @@ class Driver:
             return
         keep = self.cfg.keep_client_state
         contents = {pid: RecordDict({"config": ConfigRecord({"end-of-run": True, "keep-client-state": keep})})
-                    for pid, c in self.strategy.clients.items() if not c.plain}
+                    for pid, c in self.clients.items() if not c.plain}
         replies = [m for m in send_and_receive(grid, self.messages(contents, MessageType.QUERY),
                                                min(self.cfg.round_timeout, 60.0)) if m.has_content()]
         log(INFO, "end of run: %d of %d clients removed %d client state files%s", len(replies), len(contents),
@@ -693,7 +696,7 @@ class Driver:
         return {f"server-{k}": v for k, v in metrics.items()}
 
     def record(self, row: dict[str, Any], writer, result: Result | None = None) -> None:
-        self.strategy.history.append(row)
+        self.history.append(row)
         if result is not None:  # the evaluations of the row in Flower's result
             for prefix, into in (("fed-", result.evaluate_metrics_clientapp),
                                  ("central-", result.evaluate_metrics_serverapp)):

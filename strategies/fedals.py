@@ -75,7 +75,7 @@ class FedALS(FedStrategy):
         self.body_round = 0  # round of the last body average (0: the initial model)
         self.body_pids: set[int] = set()  # clients whose bodies that average holds
         self.client_body: dict[int, int] = {}  # pid -> body_round of the last body it received
-        self.averaged: Tensors | None = None  # the evaluated model, set by begin_evaluate
+        self.averaged: Tensors | None = None  # the evaluated model, set before evaluation (begin)
         self.eval_parts: dict[str, Tensors] = {}  # its body and head, as evaluation messages carry them
         self.split_views()
 
@@ -137,7 +137,9 @@ class FedALS(FedStrategy):
         weights = [self.clients[r.pid].num_train if self.weighted else 1.0 for r in valid]
         return {**self.global_state, **self.combine([r.payload["body"] for r in valid], weights)}
 
-    def begin_evaluate(self, server_round, grid):
+    def begin(self, phase, server_round, grid):
+        if phase != "evaluate":
+            return
         evaluating = (self.cfg.central_eval and self.dataset is not None) or self.cfg.fraction_evaluate > 0
         self.averaged = self.averaged_model(server_round, grid) if evaluating else None
         if self.averaged is not None:

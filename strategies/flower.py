@@ -130,9 +130,11 @@ class FlowerStrategy(FedStrategy):
     def flower_state(self, state: dict[str, Any]) -> None:
         vars(self.flower).update(state)
 
-    def begin_train(self, server_round, grid):
-        """Flower's ``configure_train`` on the global model, for its config and what it remembers (its
-        log of sampling the one node it is shown is left out: fedapp samples)."""
+    def begin(self, phase, server_round, grid):
+        """Before training: Flower's ``configure_train`` on the global model, for its config and what it
+        remembers (its log of sampling the one node it is shown is left out: fedapp samples)."""
+        if phase != "train":
+            return
         logger = logging.getLogger("flwr")
         level = logger.level
         logger.setLevel(logging.WARNING)

@@ -225,8 +225,10 @@ class HCCT(FedStrategy):
             self.updates[r.pid] = {k: r.payload["arrays"][k] - self.init_state[k] for k in self.similarity_keys}
             self.models[r.pid] = r.payload["arrays"]
 
-    def begin_train(self, server_round: int, grid: Grid) -> None:
+    def begin(self, phase: str, server_round: int, grid: Grid) -> None:
         """This round's groups and their start models, before the training messages."""
+        if phase != "train":
+            return
         pool = [pid for pid in self.train_pool() if pid < self.arrived(server_round)]
         if self.places_newcomers_at_once():
             self.probe_newcomers(server_round, grid, pool)

@@ -95,7 +95,7 @@ def server_state(strategy) -> list[dict[str, torch.Tensor]]:
 @pytest.mark.parametrize("name", ["fedavg", "scaffold", "ifca", "hcct", "fedals"])
 def test_flowers_loop_drives_a_single_trip_strategy_as_fedapps_does(small_config, name):
     """Flower's own Strategy.start over configure/aggregate gives the models fedapp's loop gives
-    (HCCT groups in begin_train, FedALS collects bodies in begin_evaluate: both inside the pair)."""
+    (HCCT groups in begin("train"), FedALS collects bodies in begin("evaluate"): both inside the pair)."""
     rc = {**small_config, "strategy": name, "fraction-train": 1.0 if name == "hcct" else 0.5,
           "fraction-evaluate": 0.5, "fedals.alpha": 2}
     ours = build_strategy(parse_run_config(rc))

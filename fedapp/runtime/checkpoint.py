@@ -33,6 +33,8 @@ from fedapp.core.files import atomic_write
 FILENAME = "checkpoint.pt"
 #: base attributes every strategy has; algorithms add theirs with ``checkpoint_attrs``
 BASE_ATTRS = ("global_state", "totals", "history", "run_key", "state_rounds")
+#: the run state the round driver writes and owns (``strategy.driver``)
+DRIVER_ATTRS = frozenset({"totals", "history"})
 #: run-config keys a resumed run may change: they set where, how long and on what it runs,
 #: not what is computed
 FREE_KEYS = frozenset({"num-server-rounds", "resume-from", "run-name", "results-dir", "checkpoint-every",
@@ -45,6 +47,12 @@ def attrs_of(strategy) -> list[str]:
     never has to repeat its parents' list."""
     names = [a for cls in reversed(type(strategy).__mro__) for a in vars(cls).get("checkpoint_attrs", ())]
     return list(dict.fromkeys([*BASE_ATTRS, *names]))
+
+
+def owner(strategy, name: str):
+    """Who holds checkpoint attribute ``name``: the strategy's driver for the run state it writes,
+    else the strategy."""
+    return strategy.driver if name in DRIVER_ATTRS else strategy
 
 
 def due(cfg: RunConfig, server_round: int) -> bool:
@@ -120,7 +128,7 @@ def save(strategy, path: Path, server_round: int) -> None:
         "round": server_round,
         "strategy": strategy.cfg.strategy,
         "config": strategy.cfg.as_dict(),
-        "attrs": {name: _pack(getattr(strategy, name)) for name in attrs_of(strategy)},
+        "attrs": {name: _pack(getattr(owner(strategy, name), name)) for name in attrs_of(strategy)},
         "rng": {"numpy": strategy.rng.bit_generator.state, "torch": torch.get_rng_state(),
                 "python": random.getstate()},
     }
@@ -173,7 +181,8 @@ def resume(strategy, path: str | Path) -> int:
     doc = load(path)
     check_compatible(doc, strategy.cfg, path)
     for name, saved in doc["attrs"].items():
-        setattr(strategy, name, _restore(getattr(strategy, name, None), _unpack(saved)))
+        into = owner(strategy, name)
+        setattr(into, name, _restore(getattr(into, name, None), _unpack(saved)))
     if "state_rounds" not in doc["attrs"]:
         log(WARNING, "%s predates versioned client state: every client restarts its state from scratch", path)
     strategy.kept_state_rounds = dict(strategy.state_rounds)
