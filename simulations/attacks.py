@@ -38,18 +38,17 @@ EXTRA = {"fedals": {"fedals.alpha": 2}}
 PERSONAL = ("hcct", "pefll")
 STRATEGIES = ("fedavg", "scaffold", "fedsmoo", "fedals", "hcct", "pefll")
 ATTACKS = ("negate", "sign-flip", "noise", "scale", "alie")
-#: robust options, each on its own; "default" is the proposed default, the norm screen at 3 (the run
-#: config's default stays 1000: docs/reliability.md),
-#: "none" the plain mean. The trim fraction 0.4 and Multi-Krum's f (the true attacker count) and
-#: m = n - f (set per fraction below) were set before any run.
+#: robust options, each on its own: "default" is the run config's default (the norm screen at 3 times
+#: the lower median and the direction screen), "none" the plain mean (the papers' setting). The trim
+#: fraction 0.4 and Multi-Krum's f (the true attacker count) and m = n - f (set per fraction below)
+#: were set before any run.
+PLAIN = {"screen-factor": 0.0, "screen-direction": False}
 OPTIONS = {
-    "default": {"screen-factor": 3.0},  # the norm screen at 3: the proposed default, not yet the run config's
-    "default + direction": {"screen-direction": True},
-    "none": {"screen-factor": 0.0, "screen-direction": False},  # the plain mean
-    "median": {"screen-factor": 0.0, "screen-direction": False, "aggregation": "median"},
-    "trimmed-mean": {"screen-factor": 0.0, "screen-direction": False, "aggregation": "trimmed-mean",
-                         "trim-fraction": 0.4},
-    "multi-krum": {"screen-factor": 0.0, "screen-direction": False, "aggregation": "krum"},
+    "default": {},
+    "none": PLAIN,
+    "median": {**PLAIN, "aggregation": "median"},
+    "trimmed-mean": {**PLAIN, "aggregation": "trimmed-mean", "trim-fraction": 0.4},
+    "multi-krum": {**PLAIN, "aggregation": "krum"},
 }
 
 
