@@ -503,7 +503,8 @@ class Driver:
         FLAME's cosine filtering with the median as its honest reference; a sign flip) is dropped too.
         ``clip-median`` 1 with the mean is one step of centered clipping (Karimireddy, He and Jaggi,
         "Learning from History for Byzantine Robust Optimization", ICML 2021) centred on the model
-        sent, at that radius. No attacker count is needed (docs/reliability.md)."""
+        sent, at that radius. No attacker count is needed (docs/reliability.md). Both screens need 3
+        replies or more: of 2, the lower median is the smaller norm, and one attacker is half."""
         factor, clip = self.cfg.screen_factor, self.cfg.clip_norm
         if not replies or not (factor or clip or self.cfg.clip_median or self.cfg.screen_direction):
             return replies
@@ -514,7 +515,7 @@ class Driver:
             clip = min(clip or math.inf, self.cfg.clip_median * median)
         kept = []
         for i, (r, norm) in enumerate(zip(replies, norms)):
-            if factor and median > 0 and norm > factor * median:
+            if factor and median > 0 and len(replies) >= 3 and norm > factor * median:
                 self.drop("outlier-norm", pid=r.pid,
                           detail=f"outlier-norm: update norm {norm:.3g} > {factor:g} x median {median:.3g}")
                 continue
