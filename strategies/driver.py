@@ -488,18 +488,38 @@ class Driver:
 
     def median_cosines(self, replies: list[Reply]) -> list[float]:
         """Cosine of each reply's model update (its arrays less the records it was sent; records that
-        are updates themselves, such as deltas and descriptors, left out) with the exchange's
-        coordinate-wise median of those updates; 1 where a reply has none."""
+        are updates themselves, such as deltas and descriptors, left out) with the coordinate-wise
+        median of those updates over the replies that were sent the same model (HCCT's groups,
+        cluster models and personal models are compared only within their own model); 1 where a
+        reply has no such update or its model went to fewer than 3 replies."""
         pairs = [self.reply_updates(r) for r in replies]
         keys = [k for k in pairs[0] if all(p.get(k, (None, None))[1] is not None for p in pairs)]
-        updates = [{k: p[k][0].double() - p[k][1].double() for k in keys} for p in pairs]
-        if not keys:
-            return [1.0] * len(replies)
-        median = coordinate_wise(updates, lambda a: np.median(a, axis=0))
-        dots = np.array([sum(float((u[k] * median[k]).sum()) for k in keys) for u in updates])
-        norms = np.array([sum(float((u[k] ** 2).sum()) for k in keys) for u in updates])
-        scale = np.sqrt(norms * sum(float((m**2).sum()) for m in median.values()))
-        return [float(d / s) if s > 0 else 1.0 for d, s in zip(dots, scale)]
+        out = [1.0] * len(replies)
+        # per key, each reply's class of the arrays it was sent (equal arrays, one class); a key whose
+        # replies were all sent their own arrays (a personal model or head) has no common direction
+        classes: dict[tuple[str, str], list[int]] = {}
+        for k in keys:
+            firsts: list[int] = []  # the first reply of each class
+            classes[k] = []
+            for p in pairs:
+                c = next((c for c, j in enumerate(firsts) if torch.equal(p[k][1], pairs[j][k][1])), len(firsts))
+                if c == len(firsts):
+                    firsts.append(len(classes[k]))
+                classes[k].append(c)
+        keys = [k for k in keys if len(set(classes[k])) < len(pairs)]
+        groups: dict[tuple[int, ...], list[int]] = {}  # the replies sent the same model
+        for i in range(len(pairs)):
+            groups.setdefault(tuple(classes[k][i] for k in keys), []).append(i)
+        for group in groups.values() if keys else []:
+            if len(group) < 3:
+                continue
+            updates = [{k: pairs[i][k][0].double() - pairs[i][k][1].double() for k in keys} for i in group]
+            median = coordinate_wise(updates, lambda a: np.median(a, axis=0))
+            median_norm = math.sqrt(sum(float((m**2).sum()) for m in median.values()))
+            for i, u in zip(group, updates):
+                scale = math.sqrt(sum(float((u[k] ** 2).sum()) for k in keys)) * median_norm
+                out[i] = sum(float((u[k] * median[k]).sum()) for k in keys) / scale if scale > 0 else 1.0
+        return out
 
     def robust(self, replies: list[Reply]) -> list[Reply]:
         """The screen (``screen-factor``: a reply whose update norm is that many times the exchange's
@@ -507,27 +527,29 @@ class Driver:
         longer update is scaled down to the smaller bound). Replies that pass unclipped are left as
         received, so an honest run whose update norms stay within the screen is bit-identical.
 
-        The default defence is the screen at 3: the round's median update norm is the honest scale
-        while attackers are fewer than half (the bound FLAME adapts each round: Nguyen et al., "FLAME:
-        Taming Backdoors in Federated Learning", USENIX Security 2022), and norm bounding (Sun et al.,
-        "Can You Really Backdoor Federated Learning?", 2019) limits what a reply may carry; a reply
-        beyond the bound is dropped rather than clipped, because a clipped -10x update still pulls
-        against the honest mean with up to 3 honest weights. Replies within the bound (a sign flip,
-        "a little is enough") reach the algorithm's mean with one honest weight each. ``clip-median``
-        1 with the mean is one step of centered clipping (Karimireddy, He and Jaggi, "Learning from
-        History for Byzantine Robust Optimization", ICML 2021) centred on the model sent, at that
-        radius. No attacker count is needed (docs/reliability.md)."""
+        The default defence is the screen at 3 with the direction screen (``screen-direction``): the
+        round's median update norm is the honest scale while attackers are fewer than half (the bound
+        FLAME adapts each round: Nguyen et al., "FLAME: Taming Backdoors in Federated Learning", USENIX
+        Security 2022), and norm bounding (Sun et al., "Can You Really Backdoor Federated Learning?",
+        2019) limits what a reply may carry; a reply beyond the bound is dropped rather than clipped,
+        because a clipped -10x update still pulls against the honest mean with up to 3 honest weights.
+        A reply within the bound that points away from the coordinate-wise median update (cosine <= 0,
+        FLAME's cosine filtering with the median as its honest reference; a sign flip) is dropped too.
+        ``clip-median`` 1 with the mean is one step of centered clipping (Karimireddy, He and Jaggi,
+        "Learning from History for Byzantine Robust Optimization", ICML 2021) centred on the model
+        sent, at that radius. No attacker count is needed (docs/reliability.md). Both screens need 3
+        replies or more: of 2, the lower median is the smaller norm, and one attacker is half."""
         factor, clip = self.cfg.screen_factor, self.cfg.clip_norm
         if not replies or not (factor or clip or self.cfg.clip_median or self.cfg.screen_direction):
             return replies
-        cosines = self.median_cosines(replies) if self.cfg.screen_direction and len(replies) >= 3 else None
+        cosines = self.median_cosines(replies) if self.cfg.screen_direction else None
         norms = [self.update_norm(r) for r in replies]
         median = sorted(norms)[(len(norms) - 1) // 2]
         if self.cfg.clip_median and median > 0:
             clip = min(clip or math.inf, self.cfg.clip_median * median)
         kept = []
         for i, (r, norm) in enumerate(zip(replies, norms)):
-            if factor and median > 0 and norm > factor * median:
+            if factor and median > 0 and len(replies) >= 3 and norm > factor * median:
                 self.drop("outlier-norm", pid=r.pid,
                           detail=f"outlier-norm: update norm {norm:.3g} > {factor:g} x median {median:.3g}")
                 continue

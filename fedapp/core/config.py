@@ -208,11 +208,11 @@ COMMON_KEYS: tuple[Key, ...] = (
         ("raise", "stall", "wrong-shape", "nan", "inf", "scale", "negate", "sign-flip", "noise", "alie",
          "num-examples")),
     # robust aggregation (strategies/base.py): what a poisoned reply can do to the model
-    Key("screen-factor", float, 1000.0, "Drop a training reply whose update norm exceeds this many times the "
-        "exchange's median (0: off).", low=0.0),
-    Key("screen-direction", bool, False, "Drop a training reply whose model update points away from the "
-        "exchange's coordinate-wise median update (cosine <= 0; with 3 replies or more). It also drops honest "
-        "clients of heterogeneous data, and across HCCT's groups it compares different models' updates."),
+    Key("screen-factor", float, 3.0, "Drop a training reply whose update norm exceeds this many times the "
+        "exchange's median (0: off; the papers' settings: 0).", low=0.0),
+    Key("screen-direction", bool, True, "Drop a training reply whose model update points away from the "
+        "coordinate-wise median update of the replies sent the same model (cosine <= 0; 3 replies or more). "
+        "It can drop honest clients of very heterogeneous data (the papers' settings: false)."),
     Key("clip-norm", float, 0.0, "Scale every training reply's update down to at most this L2 norm (0: off).", low=0.0),
     Key("clip-median", float, 0.0, "Scale every training reply's update down to at most this many times the "
         "exchange's median update norm (centered clipping at an adaptive radius; 0: off).", low=0.0),
