@@ -12,6 +12,7 @@ rewritten after each run, so a stopped sweep keeps what it measured. ``--small``
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import time
@@ -33,7 +34,10 @@ SETTING = {"dataset": "mnist", "partition": "iid", "model": "mlp", "num-clients"
 #: 3 silent clients alone would cost points), 4 rounds of 5 steps
 SMALL = {**SETTING, "dataset": "synthetic", "num-server-rounds": 4, "local-steps": 5}
 #: per strategy: what it needs of the setting (FedALS averages its body every 2 rounds)
-EXTRA = {"fedals": {"fedals.alpha": 2}}
+EXTRA = {"fedals": {"fedals.alpha": 2},
+         # PeFLL with the server optimiser of its settings files (the authors' code: Adam, joint clip 50,
+         # inner clip 50): the default delta rule diverges on this setting without attackers
+         "pefll": {"pefll.server-opt": "adam", "pefll.server-clip": 50.0, "pefll.clip": 50.0}}
 #: rounds as a multiple of the setting's, so that the personalised strategies leave chance (set
 #: before any run): HCCT groups its clients first, PeFLL's hypernetwork learns from one step a round
 ROUNDS = {"hcct": 2, "pefll": 3}
@@ -61,10 +65,22 @@ def accuracy(strategy, attackers=()) -> float | None:
     last = strategy.history[-1]
     value = None if strategy.cfg.strategy in PERSONAL else last.get("central-accuracy")
     if value is None:
-        per_client = last.get("fed-client-accuracy") or {pid: m["accuracy"] for pid, _, m in strategy.client_evals}
+        per_client = last.get("fed-client-accuracy") or last_client_accuracies(strategy)
         accs = [a for pid, a in per_client.items() if int(pid) not in attackers]
         value = sum(accs) / len(accs) if accs else None
     return None if value is None or not math.isfinite(value) else round(float(value), 4)
+
+
+def last_client_accuracies(strategy) -> dict[int, float]:
+    """partition id -> accuracy in the run's last evaluation, from its clients.csv (the results
+    writer takes ``client_evals`` as it writes them)."""
+    path = getattr(strategy, "results_path", None)
+    if path is None or not (Path(path) / "clients.csv").exists():
+        return {pid: m["accuracy"] for pid, _, m in strategy.client_evals}
+    with open(Path(path) / "clients.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    last = max((int(r["round"]) for r in rows), default=None)
+    return {int(r["partition-id"]): float(r["accuracy"]) for r in rows if int(r["round"]) == last}
 
 
 def run_config(setting: dict, strategy: str, option: str, attack: str | None, fraction: float) -> dict:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 
 import numpy as np
@@ -183,3 +184,17 @@ def test_attack_table_runs_at_the_ci_scale(tmp_path):
         ("none", None, 0.0), ("default", None, 0.0), ("default", "sign-flip", 0.6), ("median", "sign-flip", 0.6)]
     assert all(r["drop"] == round(rows[1]["accuracy"] - r["accuracy"], 4) for r in rows[2:])
     assert json.loads(out.read_text())["rows"] == rows
+
+
+def test_attack_table_measures_pefll_on_its_honest_clients_own_models(tmp_path):
+    """PeFLL has no central model: its accuracy in the attack table is the mean of the last evaluation's
+    client accuracies (clients.csv) over the clients that are not attackers."""
+    cfg = {**attacks.run_config(attacks.SMALL, "pefll", "none", None, 0.0), "num-server-rounds": 1,
+           "results-dir": str(tmp_path)}
+    strategy = run_local(cfg)
+    with open(strategy.results_path / "clients.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["round"] == "1"]
+    assert len(rows) == 10
+    honest = [float(r["accuracy"]) for r in rows if int(r["partition-id"]) not in (0, 1, 2)]
+    assert attacks.accuracy(strategy, {0, 1, 2}) == round(sum(honest) / 7, 4)
+    assert attacks.accuracy(strategy) == round(sum(float(r["accuracy"]) for r in rows) / 10, 4)
