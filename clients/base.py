@@ -126,6 +126,9 @@ class FedClient:
         return self.keep_optimizer_state or self.setting("optimizer") != "sgd"
 
     def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
+        """The local optimizer, its kept buffers loaded from ``self.state`` without a copy: the state's
+        tensors (this client's own, decoded from its record) become the buffers the steps update in
+        place, so a step holds the moments once (on an accelerator, ``.to`` moves them there once)."""
         opt = make_optimizer(self.model.parameters(), self.config, lr)
         if self.keeps_optimizer():  # saved as state["momentum"] or state["adamw.<buffer>"], by parameter
             for key, saved in self.state.items():
@@ -133,16 +136,18 @@ class FedClient:
                     buffer = "momentum_buffer" if key == "momentum" else key[len("adamw."):]
                     for name, p in self.model.named_parameters():
                         if name in saved:
-                            opt.state[p][buffer] = saved[name].to(self.device if saved[name].dim() else "cpu").clone()
+                            opt.state[p][buffer] = saved[name].to(self.device if saved[name].dim() else "cpu")
         return opt
 
     def save_optimizer(self, opt: torch.optim.Optimizer) -> None:
+        """Keep the optimizer's buffers in ``self.state`` by reference (the optimizer ends with this
+        message); the ClientApp serialises them once, into the committed record or the state file."""
         if self.keeps_optimizer():
             params = dict(self.model.named_parameters())
             buffers = {b for p in params.values() for b in opt.state.get(p, {})}
             for buffer in buffers:
                 self.state["momentum" if buffer == "momentum_buffer" else f"adamw.{buffer}"] = {
-                    name: torch.as_tensor(opt.state[p][buffer]).detach().cpu().clone()
+                    name: torch.as_tensor(opt.state[p][buffer]).detach()
                     for name, p in params.items() if buffer in opt.state.get(p, {})}
 
     def train(self, steps: int, lr: float, seed: int) -> dict[str, float]:

@@ -49,11 +49,22 @@ class FedALSClient(FedClient):
         self.load_tensors(payload.get("body") or self.state.get("body") or {})
         self.load_tensors(payload.get("head", {}))
 
+    def receive(self, payload: Payload, config: dict) -> None:
+        """Load the model; the kept body now lives in it alone (``end_fit`` keeps it again), so a
+        step holds one copy of the parameters."""
+        super().receive(payload, config)
+        self.state.pop("body", None)
+
+    def model_view(self) -> Tensors:
+        """The model's tensors by reference (its detached state dict): the model ends with this
+        message, and the ClientApp serialises the state and the reply once, into their records."""
+        return self.model.state_dict()
+
     def end_fit(self, payload: Payload, config: dict) -> None:
-        self.state["body"] = self.part(self.model_tensors(), self.body_keys)
+        self.state["body"] = self.part(self.model_view(), self.body_keys)
 
     def reply(self, payload: Payload, config: dict) -> Payload:
-        tensors = self.model_tensors()
+        tensors = self.model_view()
         out = {"head": self.part(tensors, self.head_keys)}
         if config.get("sync-body"):
             out["body"] = self.part(tensors, self.body_keys)

@@ -5,12 +5,14 @@ and the authors' LLM path (simulations/fedals/authors_golden_llm.py) on the same
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 pytest.importorskip("transformers")
 
@@ -28,6 +30,7 @@ from simulations.fedals.authors_golden_llm import CHECKPOINTS, SETTING, golden_p
 from strategies.base import FedStrategy, weighted_mean  # noqa: E402
 from strategies.driver import Reply  # noqa: E402
 from strategies.fedals import FedALS  # noqa: E402
+from strategies.fedavg import FedAvg  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "data" / "fedals_authors_golden_llm.json"
 PLAYS = SHARED_DATA / "shakespeare.tar.gz"
@@ -153,6 +156,68 @@ def test_opt_client_holds_one_model_copy_and_two_adamw_moments(golden_data):
     assert numel(state["body"]) + numel(reply["head"]) == numel(reply["body"]) + numel(reply["head"]) == n
     assert numel(state["adamw.exp_avg"]) == numel(state["adamw.exp_avg_sq"]) == n
     assert numel(state["adamw.step"]) == len(list(model.parameters())) and numel(state["schedule"]) == 1
+
+
+def storages(tensors) -> dict[int, int]:
+    """Bytes of each storage behind ``tensors`` (by address; views of one storage count once)."""
+    out = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+            out[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return out
+
+
+def live_storages() -> dict[int, int]:
+    """Every CPU tensor storage Python can reach now."""
+    gc.collect()
+    return storages(o for o in gc.get_objects() if isinstance(o, torch.Tensor))
+
+
+@pytest.mark.parametrize("client_class", [FedAvgClient, FedALSClient])
+def test_opt_client_step_holds_parameters_gradients_and_two_moments_once(golden_data, client_class):
+    """A client's second round on the tiny OPT with AdamW (its moments from the first round in its
+    state, as the ClientApp decodes it): at every optimizer step the tensors the client holds (all
+    live storages but those alive before ``fit`` outside it: the server's payload, the data) are its
+    parameters (the tied matrix once), their gradients and AdamW's two moments, each exactly once:
+    the kept moments become the optimizer's buffers without a copy and a FedALS client's kept body
+    lives only in the model. What else is live is the step counts, the batch and the loss, under 16 KiB,
+    less than a tenth of one copy of the parameters."""
+    tok, x, _ = golden_data
+    name = "fedals" if client_class is FedALSClient else "fedavg"
+    cfg = parse_run_config({"strategy": name, "model": "fedapp.core.llm:opt_tiny", "batch-size": 4, "local-steps": 2,
+                            "lr": 0.01, "optimizer": "adamw", "lr-schedule": "fedals-inverse", "fedals.alpha": 3})
+    strategy = (FedALS if name == "fedals" else FedAvg)(cfg, tiny_model(len(tok)))
+    data = ClientData(0, x[:4], torch.zeros(4, dtype=torch.long), x[:0], x[:0].long(), 3, (), (), False,
+                      vocab_size=len(tok))
+    first = client_class(cfg, tiny_model(len(tok)), data, {})
+    first.fit(strategy.train_payload(0, 3), {**strategy.train_config(0, 3), "server-round": 3})
+    state = {k: {n: v.clone() for n, v in part.items()} for k, part in first.state.items()}  # as decoded
+    del first
+    payload = strategy.train_payload(0, 4)  # round 4: the head only, the body from the client's state
+    client = client_class(cfg, tiny_model(len(tok)), data, state)
+    del state
+    own = storages([*client.model.parameters(), *(v for part in client.state.values() for v in part.values())])
+    outside = {k for k in live_storages() if k not in own}
+    params = list(client.model.parameters())
+    n_bytes = sum(p.numel() * p.element_size() for p in params)
+    held = []
+
+    def count(optimizer, args, kwargs):
+        grads = storages(p.grad for p in params)
+        live = {**live_storages(), **grads}
+        held.append(sum(b for k, b in live.items() if k not in outside))
+        moments = storages(optimizer.state[p][b] for p in params for b in ("exp_avg", "exp_avg_sq"))
+        assert len(storages(params)) == len(grads) == len(moments) // 2 == len(params)
+        assert sum(moments.values()) == 2 * n_bytes and sum(grads.values()) == n_bytes
+
+    handle = register_optimizer_step_post_hook(count)
+    try:
+        client.fit(payload, {**strategy.train_config(0, 4), "server-round": 4})
+    finally:
+        handle.remove()
+    assert len(held) == 2
+    for total in held:
+        assert 4 * n_bytes <= total < 4 * n_bytes + min(16 * 2**10, n_bytes // 10), (total, n_bytes)
 
 
 def drive(alpha: int, rounds: int, golden_data, *, first_one_step: bool, tau: int = 2):
