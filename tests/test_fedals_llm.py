@@ -5,12 +5,14 @@ and the authors' LLM path (simulations/fedals/authors_golden_llm.py) on the same
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 pytest.importorskip("transformers")
 
@@ -153,6 +155,54 @@ def test_opt_client_holds_one_model_copy_and_two_adamw_moments(golden_data):
     assert numel(state["body"]) + numel(reply["head"]) == numel(reply["body"]) + numel(reply["head"]) == n
     assert numel(state["adamw.exp_avg"]) == numel(state["adamw.exp_avg_sq"]) == n
     assert numel(state["adamw.step"]) == len(list(model.parameters())) and numel(state["schedule"]) == 1
+
+
+def live_storages() -> dict[int, int]:
+    """The storages of every live CPU tensor Python can reach: address -> bytes."""
+    gc.collect()
+    out = {}
+    for obj in gc.get_objects():
+        if issubclass(type(obj), torch.Tensor) and obj.device.type == "cpu" and obj.untyped_storage().nbytes():
+            out[obj.untyped_storage().data_ptr()] = obj.untyped_storage().nbytes()
+    return out
+
+
+def test_opt_client_step_holds_params_grads_and_two_moments_only(golden_data):
+    """During a local step of a FedALS client of the OPT between body averages (its body and AdamW state
+    from its previous round), the tensor memory the client added is its model's parameters, their
+    gradients and AdamW's two moments, each once, plus AdamW's step counts and a few bytes (the batch,
+    the loss): the saved moments are the optimizer's state (no copy), the kept body is the model's.
+    Counted over the storages of every live tensor at the optimizer's step."""
+    tok, x, _ = golden_data
+    cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.core.llm:opt_tiny", "batch-size": 4, "local-steps": 2,
+                            "lr": 0.01, "optimizer": "adamw", "lr-schedule": "fedals-inverse", "fedals.alpha": 3})
+    strategy = FedALS(cfg, tiny_model(len(tok)))
+    data = ClientData(0, x[:4], torch.zeros(4, dtype=torch.long), x[:0], x[:0].long(), 3, (), (), False,
+                      vocab_size=len(tok))
+    before = live_storages()
+
+    def fit(states, server_round):  # the state handed over, as the ClientApp hands it (no reference kept)
+        client = FedALSClient(cfg, tiny_model(len(tok)), data, states.pop())
+        client.fit(strategy.train_payload(0, server_round), {**strategy.train_config(0, server_round),
+                                                              "server-round": server_round})
+        return client.state
+    states = [fit([{}], 3)]  # a body round: the client now keeps its body and AdamW's state
+    seen = []
+
+    def count(opt, args, kwargs):
+        params = [p for g in opt.param_groups for p in g["params"]]
+        new = {ptr: n for ptr, n in live_storages().items() if ptr not in before}
+        seen.append((sum(new.values()), sum(p.numel() * p.element_size() for p in params), len(params)))
+    handle = register_optimizer_step_post_hook(count)
+    try:
+        fit(states, 4)
+    finally:
+        handle.remove()
+    batch = 4 * 128 * 8  # the batch's ids as int64
+    assert len(seen) == 2
+    for total, param_bytes, n in seen:
+        extra = total - 4 * param_bytes - 4 * n  # params, grads, 2 moments, a float32 step count each
+        assert batch <= extra < 2 * batch < param_bytes // 10, (total, param_bytes, extra)
 
 
 def drive(alpha: int, rounds: int, golden_data, *, first_one_step: bool, tau: int = 2):
