@@ -66,7 +66,8 @@ def test_opt_cut_is_the_authors_body_and_head():
     fedals.body-layers = 0 takes the model's declared head; an OPT without the declaration is refused
     with one line naming 'head-modules'. Their body group also holds the token embedding, which OPT ties
     to lm_head: ours gives that one tensor to the head alone (their loop loads lm_head last, so it follows
-    the head's average there too), and it travels once a round."""
+    the head's average there too), and the model's state names it once, as the embedding parameter, so it
+    travels once a round (also in FedAvg's whole state); loading a state fills lm_head."""
     from transformers import OPTForCausalLM
 
     from fedapp.core.llm import opt_config
@@ -74,12 +75,17 @@ def test_opt_cut_is_the_authors_body_and_head():
     model = tiny_model(50)
     cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.core.llm:opt_tiny"})
     body, head = FedALS.body_head(cfg, model)
-    groups = authors_groups(list(model.state_dict()))
+    groups = authors_groups(["lm." + k for k in model.lm.state_dict()])  # their model's keys name it twice
     assert len(groups) == 14 and groups[0][-1] == "lm.model.decoder.final_layer_norm.bias"
-    tied = "lm.model.decoder.embed_tokens.weight"
+    tied, lm_head = "lm.model.decoder.embed_tokens.weight", "lm.lm_head.weight"
     assert model.lm.lm_head.weight is model.lm.model.decoder.embed_tokens.weight
-    assert body == [k for g in groups[:11] for k in g if k != tied] and head == [k for g in groups[11:] for k in g]
-    assert head[0] == "lm.model.decoder.layers.10.self_attn.k_proj.weight" and head[-1] == "lm.lm_head.weight"
+    assert list(model.state_dict()) == [k for g in groups for k in g if k != lm_head]
+    assert body == [k for g in groups[:11] for k in g if k != tied]
+    assert head == [tied] + [k for g in groups[11:] for k in g if k != lm_head]
+    assert head[1] == "lm.model.decoder.layers.10.self_attn.k_proj.weight"
+    state = {k: torch.full_like(v, i) for i, (k, v) in enumerate(model.state_dict().items())}
+    model.load_state_dict(state)
+    assert torch.equal(model.lm.lm_head.weight, state[tied])
     bare = OPTForCausalLM(opt_config(16, 50, 128))
     with pytest.raises(ConfigError, match=r"^run config 'head-modules' = '' is invalid for fedals: OPTForCausalLM "
                                           r"declares no head"):
@@ -128,7 +134,8 @@ def test_adamw_state_and_schedule_persist_between_rounds(golden_data, optimizer)
     assert set(state["adamw.exp_avg"]) == {k for k, _ in tiny_model(len(tok)).named_parameters()}
     for k in init:
         torch.testing.assert_close(twice[k], once[k], rtol=1e-5, atol=1e-6, msg=k)
-    assert not torch.equal(twice["lm.lm_head.weight"], first["lm.lm_head.weight"])
+    tied = "lm.model.decoder.embed_tokens.weight"  # lm_head too
+    assert not torch.equal(twice[tied], first[tied])
 
 
 def test_opt_client_holds_one_model_copy_and_two_adamw_moments(golden_data):
@@ -239,8 +246,8 @@ def drive(alpha: int, rounds: int, golden_data, *, first_one_step: bool, tau: in
         for k in range(n):
             received = strategy.global_state if strategy.body_round == server_round else \
                 {**strategy.global_state, **states[k]["body"]}
-            model.load_state_dict({key: received[key] for key in keys})  # lm_head loads last, as the client's
-            own.append({key: v.clone() for key, v in model.state_dict().items()})
+            model.load_state_dict({key: received[key] for key in keys})  # lm_head: the tied embedding
+            own.append({"lm." + key: v.clone() for key, v in model.lm.state_dict().items()})  # both names, as theirs
         yield rnd, strategy, own
 
 
@@ -267,9 +274,10 @@ def test_table2_parameters_per_client_opt125m(alpha, billions, authors_billions)
     """Table 2's count for the OPT-125M cut: parameters a client receives plus sends in 2x10^4
     iterations (tau = 5: 4000 rounds), the head every round and the body every alpha rounds, both ways.
     Asserted: the count of what our records carry, every state entry of the part, OPT's tied token
-    embedding (50,272 x 768 = 38.6M entries) once, as the head's lm_head (alpha = 1 is then FedAvg's
-    125,239,296 parameters a round each way); and beside it the count with that tensor also in the body,
-    as the authors' layer groups send it (their embed_tokens and lm_head). The split comes from the
+    embedding (50,272 x 768 = 38.6M entries) once, in the head; alpha = 1 is FedAvg's count, whose whole
+    state names the tied tensor once too (125,239,296 parameters a round each way: 1001.914B); and beside
+    it the count with that tensor also in the body, as the authors' layer groups send it (their
+    embed_tokens and lm_head). The split comes from the
     full-width model on the meta device (no memory); the per-round traffic of this split is what the
     strategy's records carry (test_fedavg_and_fedals_run_on_shakespeare_pairs_and_resume counts it on a run)."""
     with torch.device("meta"):
@@ -282,7 +290,7 @@ def test_table2_parameters_per_client_opt125m(alpha, billions, authors_billions)
     n_body, n_head = (sum(sd[k].numel() for k in part) for part in (body, head))
     tied = sd["lm.model.decoder.embed_tokens.weight"].numel()
     assert (n_body, n_head, tied) == (72_454_656, 52_784_640, 38_608_896)
-    assert n_body + n_head == sum(p.numel() for p in model.parameters())
+    assert n_body + n_head == sum(p.numel() for p in model.parameters()) == sum(v.numel() for v in sd.values())
     rounds = 20_000 // 5
 
     def count(body):
@@ -338,8 +346,7 @@ def test_matches_authors_fedals_llm(golden_data):
     golden = json.loads(GOLDEN.read_text())
     tok, _, test_x = golden_data
     assert golden["vocab"] == len(tok)
-    keys = list(tiny_model(len(tok)).state_dict())
-    assert [k[len("lm."):] for k in keys] == golden["state_keys"]
+    assert list(tiny_model(len(tok)).lm.state_dict()) == golden["state_keys"]
     rounds = {(c - 1) // SETTING["tau"]: i for i, c in enumerate(CHECKPOINTS)}
     assert rounds == {0: 0, 2: 1, 3: 2, 6: 3}
     model = tiny_model(len(tok))
