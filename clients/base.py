@@ -126,9 +126,9 @@ class FedClient:
         return self.keep_optimizer_state or self.setting("optimizer") != "sgd"
 
     def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
-        """The local optimizer, its kept buffers loaded from ``self.state`` without a copy: the state's
-        tensors (this client's own, decoded from its record) become the buffers the steps update in
-        place, so a step holds the moments once (on an accelerator, ``.to`` moves them there once)."""
+        """The configured optimizer; where its state persists, the saved buffers become its state as
+        they are (no copy: the client owns the state it was given, and the optimizer updates them in
+        place), moved only when they sit on another device (AdamW's step counts stay on the CPU)."""
         opt = make_optimizer(self.model.parameters(), self.config, lr)
         if self.keeps_optimizer():  # saved as state["momentum"] or state["adamw.<buffer>"], by parameter
             for key, saved in self.state.items():
@@ -140,14 +140,15 @@ class FedClient:
         return opt
 
     def save_optimizer(self, opt: torch.optim.Optimizer) -> None:
-        """Keep the optimizer's buffers in ``self.state`` by reference (the optimizer ends with this
-        message); the ClientApp serialises them once, into the committed record or the state file."""
+        """Keep the optimizer's buffers in ``self.state`` by reference (the optimizer is dropped after
+        the round, so they are not copied; a device's buffers come to the CPU): the ClientApp serialises
+        them when it commits the state."""
         if self.keeps_optimizer():
             params = dict(self.model.named_parameters())
             buffers = {b for p in params.values() for b in opt.state.get(p, {})}
             for buffer in buffers:
                 self.state["momentum" if buffer == "momentum_buffer" else f"adamw.{buffer}"] = {
-                    name: torch.as_tensor(opt.state[p][buffer]).detach()
+                    name: torch.as_tensor(opt.state[p][buffer]).detach().cpu()
                     for name, p in params.items() if buffer in opt.state.get(p, {})}
 
     def train(self, steps: int, lr: float, seed: int) -> dict[str, float]:

@@ -40,6 +40,11 @@ class FedALSClient(FedClient):
     def part(self, tensors: Tensors, keys: list[str]) -> Tensors:
         return {k: tensors[k] for k in keys}
 
+    def copy_part(self, keys: list[str]) -> Tensors:
+        """Detached CPU copies of the model's state entries ``keys`` (one part, not the whole model)."""
+        sd = self.model.state_dict()
+        return {k: sd[k].detach().cpu().clone() for k in keys}
+
     def load_model(self, payload: Payload) -> None:
         """A full model as is; else the received body (a fresh average) or this client's own,
         and the received head."""
@@ -50,31 +55,24 @@ class FedALSClient(FedClient):
         self.load_tensors(payload.get("head", {}))
 
     def receive(self, payload: Payload, config: dict) -> None:
-        """Load the model; the kept body now lives in it alone (``end_fit`` keeps it again), so a
-        step holds one copy of the parameters."""
         super().receive(payload, config)
-        self.state.pop("body", None)
-
-    def model_view(self) -> Tensors:
-        """The model's tensors by reference (its detached state dict): the model ends with this
-        message, and the ClientApp serialises the state and the reply once, into their records."""
-        return self.model.state_dict()
+        self.state.pop("body", None)  # the model holds it now (one copy during training); end_fit keeps the new one
 
     def end_fit(self, payload: Payload, config: dict) -> None:
-        self.state["body"] = self.part(self.model_view(), self.body_keys)
+        self.state["body"] = self.copy_part(self.body_keys)
 
     def reply(self, payload: Payload, config: dict) -> Payload:
-        tensors = self.model_view()
-        out = {"head": self.part(tensors, self.head_keys)}
+        """The head, and on body rounds the body: the copy ``end_fit`` kept (neither changes after)."""
+        out = {"head": self.copy_part(self.head_keys)}
         if config.get("sync-body"):
-            out["body"] = self.part(tensors, self.body_keys)
+            out["body"] = self.state["body"]
         return out
 
     def evaluate(self, payload: Payload, config: dict) -> tuple[Payload, dict[str, float]]:
         self.config = config
         if config.get("collect-body"):  # the server averages all bodies to evaluate the mean model
             self.load_model({})
-            return ({"body": self.part(self.model_tensors(), self.body_keys)},
+            return ({"body": self.copy_part(self.body_keys)},
                     {"num-examples": len(self.data.train_y)})
         return super().evaluate(payload, config)
 
@@ -98,6 +96,7 @@ class FedALSScaffoldClient(FedALSClient):
 
     def receive(self, payload: Payload, config: dict) -> None:
         self.load_model(payload)
+        self.state.pop("body", None)
         params = set(self.params)
         self.body_params = [k for k in self.body_keys if k in params]
         self.head_params = [k for k in self.head_keys if k in params]

@@ -30,7 +30,6 @@ from simulations.fedals.authors_golden_llm import CHECKPOINTS, SETTING, golden_p
 from strategies.base import FedStrategy, weighted_mean  # noqa: E402
 from strategies.driver import Reply  # noqa: E402
 from strategies.fedals import FedALS  # noqa: E402
-from strategies.fedavg import FedAvg  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "data" / "fedals_authors_golden_llm.json"
 PLAYS = SHARED_DATA / "shakespeare.tar.gz"
@@ -67,7 +66,8 @@ def test_opt_cut_is_the_authors_body_and_head():
     fedals.body-layers = 0 takes the model's declared head; an OPT without the declaration is refused
     with one line naming 'head-modules'. Their body group also holds the token embedding, which OPT ties
     to lm_head: ours gives that one tensor to the head alone (their loop loads lm_head last, so it follows
-    the head's average there too), and it travels once a round."""
+    the head's average there too), and the model's state names it once, as the embedding parameter, so it
+    travels once a round (also in FedAvg's whole state); loading a state fills lm_head."""
     from transformers import OPTForCausalLM
 
     from fedapp.core.llm import opt_config
@@ -75,12 +75,17 @@ def test_opt_cut_is_the_authors_body_and_head():
     model = tiny_model(50)
     cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.core.llm:opt_tiny"})
     body, head = FedALS.body_head(cfg, model)
-    groups = authors_groups(list(model.state_dict()))
+    groups = authors_groups(["lm." + k for k in model.lm.state_dict()])  # their model's keys name it twice
     assert len(groups) == 14 and groups[0][-1] == "lm.model.decoder.final_layer_norm.bias"
-    tied = "lm.model.decoder.embed_tokens.weight"
+    tied, lm_head = "lm.model.decoder.embed_tokens.weight", "lm.lm_head.weight"
     assert model.lm.lm_head.weight is model.lm.model.decoder.embed_tokens.weight
-    assert body == [k for g in groups[:11] for k in g if k != tied] and head == [k for g in groups[11:] for k in g]
-    assert head[0] == "lm.model.decoder.layers.10.self_attn.k_proj.weight" and head[-1] == "lm.lm_head.weight"
+    assert list(model.state_dict()) == [k for g in groups for k in g if k != lm_head]
+    assert body == [k for g in groups[:11] for k in g if k != tied]
+    assert head == [tied] + [k for g in groups[11:] for k in g if k != lm_head]
+    assert head[1] == "lm.model.decoder.layers.10.self_attn.k_proj.weight"
+    state = {k: torch.full_like(v, i) for i, (k, v) in enumerate(model.state_dict().items())}
+    model.load_state_dict(state)
+    assert torch.equal(model.lm.lm_head.weight, state[tied])
     bare = OPTForCausalLM(opt_config(16, 50, 128))
     with pytest.raises(ConfigError, match=r"^run config 'head-modules' = '' is invalid for fedals: OPTForCausalLM "
                                           r"declares no head"):
@@ -129,7 +134,8 @@ def test_adamw_state_and_schedule_persist_between_rounds(golden_data, optimizer)
     assert set(state["adamw.exp_avg"]) == {k for k, _ in tiny_model(len(tok)).named_parameters()}
     for k in init:
         torch.testing.assert_close(twice[k], once[k], rtol=1e-5, atol=1e-6, msg=k)
-    assert not torch.equal(twice["lm.lm_head.weight"], first["lm.lm_head.weight"])
+    tied = "lm.model.decoder.embed_tokens.weight"  # lm_head too
+    assert not torch.equal(twice[tied], first[tied])
 
 
 def test_opt_client_holds_one_model_copy_and_two_adamw_moments(golden_data):
@@ -158,66 +164,52 @@ def test_opt_client_holds_one_model_copy_and_two_adamw_moments(golden_data):
     assert numel(state["adamw.step"]) == len(list(model.parameters())) and numel(state["schedule"]) == 1
 
 
-def storages(tensors) -> dict[int, int]:
-    """Bytes of each storage behind ``tensors`` (by address; views of one storage count once)."""
+def live_storages() -> dict[int, int]:
+    """The storages of every live CPU tensor Python can reach: address -> bytes."""
+    gc.collect()
     out = {}
-    for t in tensors:
-        if isinstance(t, torch.Tensor) and t.device.type == "cpu":
-            out[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    for obj in gc.get_objects():
+        if issubclass(type(obj), torch.Tensor) and obj.device.type == "cpu" and obj.untyped_storage().nbytes():
+            out[obj.untyped_storage().data_ptr()] = obj.untyped_storage().nbytes()
     return out
 
 
-def live_storages() -> dict[int, int]:
-    """Every CPU tensor storage Python can reach now."""
-    gc.collect()
-    return storages(o for o in gc.get_objects() if isinstance(o, torch.Tensor))
-
-
-@pytest.mark.parametrize("client_class", [FedAvgClient, FedALSClient])
-def test_opt_client_step_holds_parameters_gradients_and_two_moments_once(golden_data, client_class):
-    """A client's second round on the tiny OPT with AdamW (its moments from the first round in its
-    state, as the ClientApp decodes it): at every optimizer step the tensors the client holds (all
-    live storages but those alive before ``fit`` outside it: the server's payload, the data) are its
-    parameters (the tied matrix once), their gradients and AdamW's two moments, each exactly once:
-    the kept moments become the optimizer's buffers without a copy and a FedALS client's kept body
-    lives only in the model. What else is live is the step counts, the batch and the loss, under 16 KiB,
-    less than a tenth of one copy of the parameters."""
+def test_opt_client_step_holds_params_grads_and_two_moments_only(golden_data):
+    """During a local step of a FedALS client of the OPT between body averages (its body and AdamW state
+    from its previous round), the tensor memory the client added is its model's parameters, their
+    gradients and AdamW's two moments, each once, plus AdamW's step counts and a few bytes (the batch,
+    the loss): the saved moments are the optimizer's state (no copy), the kept body is the model's.
+    Counted over the storages of every live tensor at the optimizer's step."""
     tok, x, _ = golden_data
-    name = "fedals" if client_class is FedALSClient else "fedavg"
-    cfg = parse_run_config({"strategy": name, "model": "fedapp.core.llm:opt_tiny", "batch-size": 4, "local-steps": 2,
+    cfg = parse_run_config({"strategy": "fedals", "model": "fedapp.core.llm:opt_tiny", "batch-size": 4, "local-steps": 2,
                             "lr": 0.01, "optimizer": "adamw", "lr-schedule": "fedals-inverse", "fedals.alpha": 3})
-    strategy = (FedALS if name == "fedals" else FedAvg)(cfg, tiny_model(len(tok)))
+    strategy = FedALS(cfg, tiny_model(len(tok)))
     data = ClientData(0, x[:4], torch.zeros(4, dtype=torch.long), x[:0], x[:0].long(), 3, (), (), False,
                       vocab_size=len(tok))
-    first = client_class(cfg, tiny_model(len(tok)), data, {})
-    first.fit(strategy.train_payload(0, 3), {**strategy.train_config(0, 3), "server-round": 3})
-    state = {k: {n: v.clone() for n, v in part.items()} for k, part in first.state.items()}  # as decoded
-    del first
-    payload = strategy.train_payload(0, 4)  # round 4: the head only, the body from the client's state
-    client = client_class(cfg, tiny_model(len(tok)), data, state)
-    del state
-    own = storages([*client.model.parameters(), *(v for part in client.state.values() for v in part.values())])
-    outside = {k for k in live_storages() if k not in own}
-    params = list(client.model.parameters())
-    n_bytes = sum(p.numel() * p.element_size() for p in params)
-    held = []
+    before = live_storages()
 
-    def count(optimizer, args, kwargs):
-        grads = storages(p.grad for p in params)
-        live = {**live_storages(), **grads}
-        held.append(sum(b for k, b in live.items() if k not in outside))
-        moments = storages(optimizer.state[p][b] for p in params for b in ("exp_avg", "exp_avg_sq"))
-        assert len(storages(params)) == len(grads) == len(moments) // 2 == len(params)
-        assert sum(moments.values()) == 2 * n_bytes and sum(grads.values()) == n_bytes
+    def fit(states, server_round):  # the state handed over, as the ClientApp hands it (no reference kept)
+        client = FedALSClient(cfg, tiny_model(len(tok)), data, states.pop())
+        client.fit(strategy.train_payload(0, server_round), {**strategy.train_config(0, server_round),
+                                                              "server-round": server_round})
+        return client.state
+    states = [fit([{}], 3)]  # a body round: the client now keeps its body and AdamW's state
+    seen = []
 
+    def count(opt, args, kwargs):
+        params = [p for g in opt.param_groups for p in g["params"]]
+        new = {ptr: n for ptr, n in live_storages().items() if ptr not in before}
+        seen.append((sum(new.values()), sum(p.numel() * p.element_size() for p in params), len(params)))
     handle = register_optimizer_step_post_hook(count)
     try:
-        client.fit(payload, {**strategy.train_config(0, 4), "server-round": 4})
+        fit(states, 4)
     finally:
         handle.remove()
-    assert len(held) == 2
-    for total in held:
-        assert 4 * n_bytes <= total < 4 * n_bytes + min(16 * 2**10, n_bytes // 10), (total, n_bytes)
+    batch = 4 * 128 * 8  # the batch's ids as int64
+    assert len(seen) == 2
+    for total, param_bytes, n in seen:
+        extra = total - 4 * param_bytes - 4 * n  # params, grads, 2 moments, a float32 step count each
+        assert batch <= extra < 2 * batch < param_bytes // 10, (total, param_bytes, extra)
 
 
 def drive(alpha: int, rounds: int, golden_data, *, first_one_step: bool, tau: int = 2):
@@ -254,8 +246,8 @@ def drive(alpha: int, rounds: int, golden_data, *, first_one_step: bool, tau: in
         for k in range(n):
             received = strategy.global_state if strategy.body_round == server_round else \
                 {**strategy.global_state, **states[k]["body"]}
-            model.load_state_dict({key: received[key] for key in keys})  # lm_head loads last, as the client's
-            own.append({key: v.clone() for key, v in model.state_dict().items()})
+            model.load_state_dict({key: received[key] for key in keys})  # lm_head: the tied embedding
+            own.append({"lm." + key: v.clone() for key, v in model.lm.state_dict().items()})  # both names, as theirs
         yield rnd, strategy, own
 
 
@@ -282,9 +274,10 @@ def test_table2_parameters_per_client_opt125m(alpha, billions, authors_billions)
     """Table 2's count for the OPT-125M cut: parameters a client receives plus sends in 2x10^4
     iterations (tau = 5: 4000 rounds), the head every round and the body every alpha rounds, both ways.
     Asserted: the count of what our records carry, every state entry of the part, OPT's tied token
-    embedding (50,272 x 768 = 38.6M entries) once, as the head's lm_head (alpha = 1 is then FedAvg's
-    125,239,296 parameters a round each way); and beside it the count with that tensor also in the body,
-    as the authors' layer groups send it (their embed_tokens and lm_head). The split comes from the
+    embedding (50,272 x 768 = 38.6M entries) once, in the head; alpha = 1 is FedAvg's count, whose whole
+    state names the tied tensor once too (125,239,296 parameters a round each way: 1001.914B); and beside
+    it the count with that tensor also in the body, as the authors' layer groups send it (their
+    embed_tokens and lm_head). The split comes from the
     full-width model on the meta device (no memory); the per-round traffic of this split is what the
     strategy's records carry (test_fedavg_and_fedals_run_on_shakespeare_pairs_and_resume counts it on a run)."""
     with torch.device("meta"):
@@ -297,7 +290,7 @@ def test_table2_parameters_per_client_opt125m(alpha, billions, authors_billions)
     n_body, n_head = (sum(sd[k].numel() for k in part) for part in (body, head))
     tied = sd["lm.model.decoder.embed_tokens.weight"].numel()
     assert (n_body, n_head, tied) == (72_454_656, 52_784_640, 38_608_896)
-    assert n_body + n_head == sum(p.numel() for p in model.parameters())
+    assert n_body + n_head == sum(p.numel() for p in model.parameters()) == sum(v.numel() for v in sd.values())
     rounds = 20_000 // 5
 
     def count(body):
@@ -353,8 +346,7 @@ def test_matches_authors_fedals_llm(golden_data):
     golden = json.loads(GOLDEN.read_text())
     tok, _, test_x = golden_data
     assert golden["vocab"] == len(tok)
-    keys = list(tiny_model(len(tok)).state_dict())
-    assert [k[len("lm."):] for k in keys] == golden["state_keys"]
+    assert list(tiny_model(len(tok)).lm.state_dict()) == golden["state_keys"]
     rounds = {(c - 1) // SETTING["tau"]: i for i, c in enumerate(CHECKPOINTS)}
     assert rounds == {0: 0, 2: 1, 3: 2, 6: 3}
     model = tiny_model(len(tok))

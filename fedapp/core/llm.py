@@ -51,12 +51,15 @@ class CausalLM(nn.Module):
     returns the logits (N, L, vocab); ``lm_loss`` is the mean cross-entropy of the next token at every
     position but the last, padding included (their loss). ``head`` declares FedALS's cut: the last
     ``HEAD_LAYERS`` decoder layers and the output projection ``lm_head``; the body is everything else,
-    the token and position embeddings, the first layers and the final layer norm (their layer groups:
-    a group opens at each ``k_proj.weight``, at the embeddings and at ``lm_head``, and the final layer
-    norm, registered before the layers, joins the embeddings' group). OPT ties ``lm_head`` to the token
-    embedding: the two keys name one tensor, which FedALS's split gives to the head alone (sent once a
-    round); in their code it travels in both groups and the head's copy is loaded last, so the shared
-    matrix follows the head's averages in both.
+    the position embeddings, the first layers and the final layer norm (their layer groups: a group
+    opens at each ``k_proj.weight``, at the embeddings and at ``lm_head``, and the final layer norm,
+    registered before the layers, joins the embeddings' group). OPT ties ``lm_head`` to the token
+    embedding, one tensor under two names: the state dict names it once, as the parameter
+    (``lm.model.decoder.embed_tokens.weight``), so every strategy averages and sends it once a round,
+    and loading a state fills the other name. It is the head's (``head`` names the embedding for the
+    tied ``lm_head``): in the authors' code it travels in both groups and the head's copy is loaded
+    last, so the shared matrix follows the head's averages in both. An untied OPT keeps ``lm_head``
+    in the head and its embedding in the body.
     """
 
     causal_lm = True
@@ -68,7 +71,22 @@ class CausalLM(nn.Module):
         layers = lm.config.num_hidden_layers
         if layers <= HEAD_LAYERS:
             raise ValueError(f"an OPT with {layers} decoder layers has no body before its {HEAD_LAYERS}-layer head")
-        self.head = tuple(f"lm.model.decoder.layers.{i}" for i in range(layers - HEAD_LAYERS, layers)) + ("lm.lm_head",)
+        tied = lm.lm_head.weight is lm.model.decoder.embed_tokens.weight
+        self.head = tuple(f"lm.model.decoder.layers.{i}" for i in range(layers - HEAD_LAYERS, layers)) + (
+            "lm.model.decoder.embed_tokens" if tied else "lm.lm_head",)
+        self.register_state_dict_post_hook(_drop_aliases)
+        self.register_load_state_dict_pre_hook(_fill_aliases)
+
+    def aliases(self) -> dict[str, str]:
+        """{second name: first name} of each parameter registered under two names (tied weights)."""
+        first: dict[int, str] = {}
+        out = {}
+        for name, p in self.named_parameters(remove_duplicate=False):
+            if id(p) in first:
+                out[name] = first[id(p)]
+            else:
+                first[id(p)] = name
+        return out
 
     def trim(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(ids, attention mask) cut to the batch's longest prompt."""
@@ -89,6 +107,19 @@ class CausalLM(nn.Module):
 
     def lm_loss(self, ids: torch.Tensor) -> torch.Tensor:
         return self.lm_scores(ids)[0]
+
+
+def _drop_aliases(model: CausalLM, state: dict, prefix: str, local_metadata) -> None:
+    """The state dict names a tied tensor once, as its parameter does."""
+    for alias in model.aliases():
+        state.pop(prefix + alias, None)
+
+
+def _fill_aliases(model: CausalLM, state: dict, prefix: str, *args) -> None:
+    """A state naming a tied tensor once loads it under its other names too."""
+    for alias, name in model.aliases().items():
+        if prefix + alias not in state and prefix + name in state:
+            state[prefix + alias] = state[prefix + name]
 
 
 def opt_config(hidden: int, vocab_size: int, seq_len: int, layers: int = 12, rows: int | None = None):

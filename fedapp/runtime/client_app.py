@@ -302,6 +302,7 @@ def answer_train(msg: Message, context: Context, cfg: RunConfig, client_for) -> 
     ``state-round`` tells the server which one that is."""
     state, extra = message_state(msg, context, cfg)
     client = client_for(state)
+    del state  # the client's now: what it drops while training (FedALS's loaded body) is freed
     config = _config(msg)
     payload, metrics = client.fit(payload_of(msg.content), config)
     if client.state:
