@@ -482,7 +482,7 @@ class FedStrategy(Strategy, metaclass=Settings):
             return {**private_round(self, server_round, grid), **self.round_row(server_round)}
         with self.driving():
             msgs = self.configure_train(server_round, None, self.base_config["train"], grid)
-        replies = self.driver.exchange(grid, msgs)
+        replies = self.driver.exchange(grid, msgs, expected=self.expected["train"])
         _, metrics = self.aggregate_train(server_round, replies)
         return {**dict(metrics or {}), **self.round_row(server_round)}
 
@@ -501,7 +501,7 @@ class FedStrategy(Strategy, metaclass=Settings):
         with self.driving():
             msgs = self.configure_evaluate(server_round, None, self.base_config["evaluate"], grid)
         if msgs:
-            replies = self.driver.exchange(grid, msgs, traffic="eval")
+            replies = self.driver.exchange(grid, msgs, traffic="eval", expected=self.expected["evaluate"])
             out.update(self.aggregate_evaluate(server_round, replies) or {})
             accuracy = {pid: m["accuracy"] for pid, _, m in self.client_evals if m["num-examples"] > 0}
             if accuracy:  # per partition id

@@ -170,7 +170,6 @@ class RoundHooks(Protocol):
 
     cfg: RunConfig
     rng: np.random.Generator
-    clients: dict[int, ClientInfo]  # the driver's ``clients``, read through the strategy in parse_replies
     unseen: frozenset[int]  # partition ids held out as new clients
     base_config: dict[str, dict[str, Any]]  # the config sent with every "train" / "evaluate" message
     run_key: str
@@ -364,9 +363,8 @@ class Driver:
         """Send the messages and return the replies, counting bytes both ways. A reply's arrays are
         bounded as it arrives, from their metadata and byte lengths, before anything is decoded,
         spilled or kept: by ``REPLY_ARRAYS_MARGIN`` times the bytes of the arrays ``expected`` asks
-        of its partition (default: the strategy's ``expected`` for the messages' type), or where
-        that asks none (evaluation) of the arrays it was sent. A reply over its bound keeps only its
-        other records and is dropped as ``oversized`` by ``parse_replies``."""
+        of its partition, or where that asks none (evaluation) of the arrays it was sent. A reply over
+        its bound keeps only its other records and is dropped as ``oversized`` by ``parse_replies``."""
         bound: dict[int, int] = {}  # node id -> most array bytes its reply may declare
         for msg in msgs:
             nbytes, params = content_bytes(msg.content)
@@ -374,12 +372,9 @@ class Driver:
             self.traffic[f"{traffic}-params-down"] += params
             bound[msg.metadata.dst_node_id] = int(REPLY_ARRAYS_MARGIN * sum(
                 declared_bytes(a) for r in msg.content.array_records.values() for a in r.values()))
-        if expected is None and msgs:
-            kind = "train" if msgs[0].metadata.message_type == MessageType.TRAIN else "evaluate"
-            expected = getattr(self.strategy, "expected", {}).get(kind, {})
         for pid, spec in (expected or {}).items():
-            if spec is not None and pid in self.strategy.clients:
-                bound[self.strategy.clients[pid].node_id] = int(REPLY_ARRAYS_MARGIN * spec_bytes(spec))
+            if spec is not None and pid in self.clients:
+                bound[self.clients[pid].node_id] = int(REPLY_ARRAYS_MARGIN * spec_bytes(spec))
         budget, self.spilled, self.oversized = self.cfg.reply_memory_mb * 2**20, {}, {}
 
         def arrived(msg: Message) -> Message:
@@ -422,7 +417,7 @@ class Driver:
         ``expected`` maps each addressed partition id to the arrays its reply must carry
         (names, shapes, dtypes); ``None`` skips the array check (evaluation replies).
         """
-        node_to_pid = {self.strategy.clients[pid].node_id: pid for pid in expected}
+        node_to_pid = {self.clients[pid].node_id: pid for pid in expected}
         valid: dict[int, Reply] = {}
         for msg in replies:
             pid = node_to_pid.get(msg.metadata.src_node_id)
@@ -437,7 +432,7 @@ class Driver:
                 continue
             spilled = self.spilled.pop(msg.metadata.reply_to_message_id, None)
             content = msg.content if spilled is None else spilled.content(msg.content)  # one reply at a time
-            info = self.strategy.clients[pid] if pid is not None else None
+            info = self.clients[pid] if pid is not None else None
             try:
                 plain = info is not None and info.plain  # a plain Flower ClientApp cannot echo the nonce
                 reason = (self.check_reply(content, pid, expected.get(pid), plain)
@@ -502,7 +497,8 @@ class Driver:
             firsts: list[int] = []  # the first reply of each class
             classes[k] = []
             for p in pairs:
-                c = next((c for c, j in enumerate(firsts) if torch.equal(p[k][1], pairs[j][k][1])), len(firsts))
+                c = next((c for c, j in enumerate(firsts)  # a broadcast is one tensor: no comparison
+                          if p[k][1] is pairs[j][k][1] or torch.equal(p[k][1], pairs[j][k][1])), len(firsts))
                 if c == len(firsts):
                     firsts.append(len(classes[k]))
                 classes[k].append(c)

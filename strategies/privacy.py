@@ -233,7 +233,7 @@ def private_round(strategy: Wrapped, server_round: int, grid: Grid) -> dict[str,
     with strategy.driving():
         msgs = list(dp.configure_train(server_round, strategy.global_arrays(),
                                        ConfigRecord(dict(strategy.base_config["train"])), grid))
-        replies = clippable(strategy, strategy.driver.exchange(grid, msgs))
+        replies = clippable(strategy, strategy.driver.exchange(grid, msgs, expected=strategy.expected["train"]))
         if not replies:  # nothing to clip: the strategy skips the round, nothing is released
             arrays, metrics = strategy.aggregate_train(server_round, [])
         else:
