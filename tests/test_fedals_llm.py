@@ -364,3 +364,19 @@ def test_matches_authors_fedals_llm(golden_data):
             assert evaluate_lm(model, test_x, "cpu")["loss"] == pytest.approx(want["test_loss"], rel=1e-5)
     for i in range(1, len(CHECKPOINTS)):
         assert not np.allclose(golden["fedavg"][i]["averaged"], golden["fedals"][i]["averaged"], rtol=1e-4, atol=1e-4)
+
+
+def test_cpu_run_on_the_page_is_its_committed_summary():
+    """The page's CPU-run table is printed from the committed summary, and both runs reached 300
+    iterations with the 5 clients' traffic the summary states (FedALS about half of FedAvg's)."""
+    from simulations.fedals.llm_summary import SUMMARY, page_table
+
+    summary = json.loads(SUMMARY.read_text())
+    page = (SUMMARY.parents[2] / "README.md").read_text()
+    assert page_table(summary) in page
+    runs = summary["runs"]
+    assert [e["iteration"] for e in runs["fedavg"]["evaluations"]] == list(range(0, 301, 50))
+    assert [e["iteration"] for e in runs["fedals"]["evaluations"]] == list(range(0, 301, 50))
+    sent = runs["fedals"]["train-params-up-all-clients"] / runs["fedavg"]["train-params-up-all-clients"]
+    assert sent == pytest.approx(0.517, abs=1e-3)
+    assert "FedALS 55.8M, FedAvg 107.8M (52%)" in page
