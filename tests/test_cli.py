@@ -117,7 +117,8 @@ def test_run_config_file_combines_with_overrides(tmp_path):
     got = run_config_overrides([f"num-clients=10 {tmp_path / 's.toml'}", "num-server-rounds=5 run-name='a b'"])
     assert got == {"num-clients": 10, "strategy": "fedprox", "num-server-rounds": 5, "fedprox.proximal-mu": 0.1,
                    "run-name": "a b"}
-    for bad in ("lr=abc", "hello", str(tmp_path / "missing.toml")):
+    (tmp_path / "broken.toml").write_text("a = [\n")
+    for bad in ("lr=abc", "hello", str(tmp_path / "missing.toml"), str(tmp_path / "broken.toml")):
         with pytest.raises(ConfigError, match="--run-config"):
             run_config_overrides(bad)
 

@@ -25,7 +25,6 @@ import subprocess
 import sys
 import threading
 import time
-import tomllib
 import urllib.request
 import uuid
 from pathlib import Path
@@ -311,24 +310,24 @@ def toml_value(value) -> str:
 def run_config_overrides(run_config: str | list[str]) -> dict:
     """The keys ``--run-config`` sets: TOML files (their tables flattened, ``a.b = 1`` as
     ``a.b``) and ``k=v`` pairs, later ones winning, so a file can be combined with overrides:
-    ``--run-config "paper.toml num-server-rounds=5"``."""
-    from fedapp.core.compat import flatten_dict
+    ``--run-config "paper.toml num-server-rounds=5"``. Each file and each pair is read by Flower's
+    own parser (`flwr run` takes a file or pairs, not both)."""
+    import click
+
+    from fedapp.core.compat import parse_config_args
 
     values: dict = {}
     for arg in [run_config] if isinstance(run_config, str) else run_config:
         rest = arg
         for m in _TOKEN.finditer(arg):
             rest = rest.replace(m.group(0), "", 1)
-            if m.group("file"):
-                path = Path(m.group("file")).expanduser()
-                if not path.is_file():
-                    raise ConfigError(f"--run-config: no TOML file {str(path)!r}")
-                with open(path, "rb") as f:
-                    values.update(flatten_dict(tomllib.load(f)))
-                continue
+            if m.group("file") and not Path(m.group("file")).expanduser().is_file():
+                raise ConfigError(f"--run-config: no TOML file {m.group('file')!r}")
             try:
-                values[m.group("key")] = tomllib.loads(f"v = {m.group('value')}")["v"]
-            except tomllib.TOMLDecodeError:
+                values.update(parse_config_args([m.group(0)]))
+            except ValueError as err:  # a file that is not TOML
+                raise ConfigError(f"--run-config: cannot read {m.group(0)!r}: {err}") from None
+            except click.ClickException:  # Flower's parser: a value that is not TOML
                 raise ConfigError(f"--run-config: cannot read {m.group(0)!r}: the value must be a TOML "
                                   "bool, number or quoted string, e.g. strategy='fedprox'") from None
         if rest.strip():
