@@ -6,8 +6,10 @@ and ``start()`` taking Flower's arguments and returning Flower's ``Result``. The
 (``strategies.driver``: discovery, sampling, messages, exchange, reply checks, the loop, results)
 is held as ``self.driver``. An algorithm subclass overrides only the hooks that carry its update
 rule: ``broadcast_payload`` / ``shared_payloads`` / ``client_payload``, ``train_config``,
-``reply_spec``, ``aggregate``, the evaluation ones and ``central_state`` (and ``fit_round`` /
-``evaluate_round`` for several round trips, built from ``driver.round_trip``).
+``reply_spec``, ``aggregate``, the evaluation ones and ``central_state``. The driver runs each
+round (``Driver.train_round`` / ``Driver.evaluate_round``: configure, exchange, aggregate); an
+algorithm whose round is several round trips defines its own (``strategies.driver.OwnRounds``,
+built from ``driver.round_trip``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import uuid
 from abc import ABCMeta
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from contextlib import contextmanager
 from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any, ClassVar
@@ -40,7 +41,8 @@ from fedapp.core.data import Dataset
 from fedapp.core.experiment import round_lr, unseen_clients
 from fedapp.core.records import Payload, RecordStore, Tensors, from_record, to_record
 from fedapp.core.training import evaluate
-from strategies.driver import ClientInfo, Driver, Reply, Spec, spec_of
+from strategies.driver import ClientInfo, Driver, Reply, Spec, own_round, spec_of
+from strategies.privacy import private_round
 
 #: common run-config settings that clients read in local training and evaluation: every training and
 #: evaluation message's config carries them (``client_settings``), so a client never reads them from
@@ -151,8 +153,7 @@ class FedStrategy(Strategy, metaclass=Settings):
         # the partition ids addressed by the last configure_train / configure_evaluate, with the
         # arrays their replies must carry: aggregate_train / aggregate_evaluate check replies against them
         self.expected: dict[str, dict[int, Spec | None]] = {"train": {}, "evaluate": {}}
-        self.in_round = False  # inside this class's own fit_round / evaluate_round
-        self.driver = Driver(self)
+        self.driver = Driver(self, private_round)
 
     # ---- the run state, the driver's (it writes it; checkpoints carry history and totals) ----
     @property
@@ -387,10 +388,11 @@ class FedStrategy(Strategy, metaclass=Settings):
         return self.driver.messages(contents, MessageType.TRAIN)
 
     def check_flower_loop(self, own: str) -> None:
-        """A strategy whose round is more than Flower's configure/aggregate pair (it overrides
-        ``fit_round`` or ``evaluate_round``: several round trips, or work around the exchange) cannot
-        be driven by Flower's ``Strategy.start`` or a wrapper's: say so instead of running a wrong round."""
-        if not self.in_round and getattr(type(self), own) is not getattr(FedStrategy, own):
+        """A strategy that runs its round itself (``strategies.driver.OwnRounds``: several round trips,
+        or work around the exchange) cannot be driven by Flower's ``Strategy.start`` or a wrapper's:
+        say so instead of running a wrong round. The driver runs such a round instead of calling
+        configure/aggregate."""
+        if own_round(self, own) is not None:
             raise RuntimeError(f"{type(self).__name__} has its own {own} (more than one configure/aggregate "
                                "pair per round), which Flower's Strategy.start cannot drive: run its own start()")
 
@@ -471,43 +473,6 @@ class FedStrategy(Strategy, metaclass=Settings):
                             vals = np.array([r.metrics[f"{extra}-{m}"] for r in rs])
                             out[f"{prefix}-{extra}-{m}"] = float((vals * w).sum() / w.sum())
         return MetricRecord(out)
-
-    # ---- rounds ----------------------------------------------------------------------
-    def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]:
-        """One round of training: Flower's configure_train, the exchange, aggregate_train (under
-        ``dp``, those of Flower's DP wrapper around this strategy: strategies.privacy)."""
-        if self.cfg.dp != "none":
-            from strategies.privacy import private_round
-
-            return {**private_round(self, server_round, grid), **self.round_row(server_round)}
-        with self.driving():
-            msgs = self.configure_train(server_round, None, self.base_config["train"], grid)
-        replies = self.driver.exchange(grid, msgs, expected=self.expected["train"])
-        _, metrics = self.aggregate_train(server_round, replies)
-        return {**dict(metrics or {}), **self.round_row(server_round)}
-
-    @contextmanager
-    def driving(self):
-        """Marks calls of the Flower API made by this class's own rounds (``check_flower_loop``)."""
-        self.in_round = True
-        try:
-            yield
-        finally:
-            self.in_round = False
-
-    def evaluate_round(self, server_round: int, grid: Grid) -> dict[str, float]:
-        out: dict[str, Any] = {}
-        self.client_evals = []
-        with self.driving():
-            msgs = self.configure_evaluate(server_round, None, self.base_config["evaluate"], grid)
-        if msgs:
-            replies = self.driver.exchange(grid, msgs, traffic="eval", expected=self.expected["evaluate"])
-            out.update(self.aggregate_evaluate(server_round, replies) or {})
-            accuracy = {pid: m["accuracy"] for pid, _, m in self.client_evals if m["num-examples"] > 0}
-            if accuracy:  # per partition id
-                out["fed-client-accuracy"] = accuracy
-        out.update(self.evaluate_central())
-        return out
 
     def evaluate_central(self) -> dict[str, float]:
         state = self.central_state() if self.cfg.central_eval and self.dataset is not None else None

@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from contextlib import AbstractContextManager
 from logging import WARNING
 from typing import Any, Protocol
 
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType
 from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
 from flwr.common import log
 from flwr.serverapp import Grid
@@ -42,7 +41,7 @@ from flwr.serverapp.strategy import (DifferentialPrivacyClientSideAdaptiveClippi
                                      DifferentialPrivacyServerSideFixedClipping, Strategy)
 
 from fedapp.core.config import RunConfig
-from strategies.driver import Driver, RoundHooks, Spec, sample_size
+from strategies.driver import Driver, RoundHooks, sample_size
 
 #: ``dp`` -> Flower's wrapper
 WRAPPERS = {"server-fixed": DifferentialPrivacyServerSideFixedClipping,
@@ -131,12 +130,8 @@ class Wrapped(RoundHooks, Protocol):
     Strategy Flower's wrapper is built around): the driver's hooks and these."""
 
     driver: Driver
-    expected: dict[str, dict[int, Spec | None]]  # the replies the last exchange expects, by partition id
     dp_wrapper: Strategy  # set by wrapper() at the first private round
 
-    def driving(self) -> AbstractContextManager[None]: ...
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]: ...
     def set_global_arrays(self, arrays: ArrayRecord, what: str = "arrays") -> None: ...
 
 
@@ -230,14 +225,13 @@ def private_round(strategy: Wrapped, server_round: int, grid: Grid) -> dict[str,
     epsilon spent so far."""
     dp, cfg = wrapper(strategy), strategy.cfg
     clip = dp.clipping_norm
-    with strategy.driving():
-        msgs = list(dp.configure_train(server_round, strategy.global_arrays(),
-                                       ConfigRecord(dict(strategy.base_config["train"])), grid))
-        replies = clippable(strategy, strategy.driver.exchange(grid, msgs, expected=strategy.expected["train"]))
-        if not replies:  # nothing to clip: the strategy skips the round, nothing is released
-            arrays, metrics = strategy.aggregate_train(server_round, [])
-        else:
-            arrays, metrics = dp.aggregate_train(server_round, replies)
+    msgs = list(dp.configure_train(server_round, strategy.global_arrays(),
+                                   ConfigRecord(dict(strategy.base_config["train"])), grid))
+    replies = clippable(strategy, strategy.driver.exchange(grid, msgs, expected=strategy.expected["train"]))
+    if not replies:  # nothing to clip: the strategy skips the round, nothing is released
+        arrays, metrics = strategy.aggregate_train(server_round, [])
+    else:
+        arrays, metrics = dp.aggregate_train(server_round, replies)
     row: dict[str, Any] = {**dict(metrics or {"replies": 0, "skipped": 1}), "dp-clipping-norm": clip}
     if cfg.dp.endswith("adaptive"):
         row["dp-clipping-norm-next"] = dp.clipping_norm
