@@ -8,7 +8,7 @@ is held as ``self.driver``. An algorithm subclass overrides only the hooks that 
 rule: ``broadcast_payload`` / ``shared_payloads`` / ``client_payload``, ``train_config``,
 ``reply_spec``, ``aggregate``, the evaluation ones and ``central_state``. The driver runs each
 round (``Driver.train_round`` / ``Driver.evaluate_round``: configure, exchange, aggregate); an
-algorithm whose round is several round trips defines its own (``strategies.driver.OwnRounds``,
+algorithm whose round is several round trips defines its own (``strategies.driver.OwnHooks``,
 built from ``driver.round_trip``).
 """
 
@@ -41,7 +41,7 @@ from fedapp.core.data import Dataset
 from fedapp.core.experiment import round_lr, unseen_clients
 from fedapp.core.records import Payload, RecordStore, Tensors, from_record, to_record
 from fedapp.core.training import evaluate
-from strategies.driver import ClientInfo, Driver, Reply, Spec, own_round, spec_of
+from strategies.driver import ClientInfo, Driver, Reply, Spec, own_hook, spec_of
 from strategies.privacy import private_round
 
 #: common run-config settings that clients read in local training and evaluation: every training and
@@ -238,17 +238,6 @@ class FedStrategy(Strategy, metaclass=Settings):
         keys = {f"{self.config_prefix}.{k.name}": self.cfg.algo(k.name) for k in self.config_keys}
         log(INFO, "%s: %s", type(self).__name__, keys or "no algorithm settings")
 
-    # ---- who takes part ----------------------------------------------------------------
-    def train_pool(self) -> list[int]:
-        """Partition ids that take part in training (seen clients that are connected)."""
-        return sorted(pid for pid, c in self.clients.items() if not c.unseen)
-
-    def sample(self, server_round: int, pool: list[int] | None = None, fraction: float | None = None) -> list[int]:
-        """The round's clients: the driver's seeded sample of ``fraction`` (default fraction-train)
-        of ``pool`` (default ``train_pool``)."""
-        return self.driver.sample(self.train_pool() if pool is None else pool,
-                                  self.cfg.fraction_train if fraction is None else fraction)
-
     # ---- robust aggregation ------------------------------------------------------------
     def reference(self, pid: int, name: str) -> Tensors | None:
         """What reply record ``name`` of client ``pid`` is an update of: the record of that name
@@ -275,29 +264,26 @@ class FedStrategy(Strategy, metaclass=Settings):
         the clients before training, FedALS collects the bodies before evaluation); may exchange
         with the clients through ``round_trip``."""
 
-    def round_row(self, server_round: int) -> dict[str, Any]:
-        """Entries of the round's results row besides aggregate_train's metrics (HCCT: the groups)."""
-        return {}
-
-    def broadcast_payload(self, server_round: int) -> Payload:
-        """Arrays every sampled client receives for training (converted to records once)."""
+    def broadcast_payload(self, phase: str, server_round: int) -> Payload:
+        """Arrays every client of the round's ``phase`` ("train" or "evaluate") receives (converted to
+        records once): what it trains from, or evaluates."""
         return {"arrays": self.global_state}
 
-    def shared_payloads(self, server_round: int) -> Payload:
-        """Arrays several (not all) clients receive for training, by name: a client's payload names
-        one with ``Shared(name)``, and it is converted to a record once per exchange."""
+    def shared_payloads(self, phase: str, server_round: int) -> Payload:
+        """Arrays several (not all) clients of ``phase`` receive, by name: a client's payload names one
+        with ``Shared(name)``, and it is converted to a record once per exchange."""
         return {}
 
-    def client_payload(self, pid: int, server_round: int) -> Payload:
-        """Arrays client ``pid`` receives for training besides the broadcast ones (an entry may name
-        one of ``shared_payloads``)."""
+    def client_payload(self, phase: str, pid: int, server_round: int) -> Payload:
+        """Arrays client ``pid`` receives in ``phase`` besides the broadcast ones (an entry may name one
+        of ``shared_payloads``)."""
         return {}
 
     def train_payload(self, pid: int, server_round: int) -> Payload:
         """Everything client ``pid`` receives for training: the broadcast and its own arrays."""
-        store = RecordStore(self.shared_payloads(server_round))
-        return {**self.broadcast_payload(server_round),
-                **{name: store.tensors(entry) for name, entry in self.client_payload(pid, server_round).items()}}
+        store = RecordStore(self.shared_payloads("train", server_round))
+        return {**self.broadcast_payload("train", server_round),
+                **{name: store.tensors(entry) for name, entry in self.client_payload("train", pid, server_round).items()}}
 
     @classmethod
     def client_settings(cls, cfg: RunConfig) -> dict[str, Any]:
@@ -306,13 +292,11 @@ class FedStrategy(Strategy, metaclass=Settings):
         ``proximal-mu``, as Flower's FedProx sends it)."""
         return {**{k: cfg[k] for k in CLIENT_SETTINGS}, **{k: cfg.algo(k) for k in cls.client_keys}}
 
-    def train_config(self, pid: int, server_round: int) -> dict[str, Any]:
-        """Config of client ``pid``'s training message: the client settings and the round's lr."""
-        return {**self.client_settings(self.cfg), "lr": round_lr(self.cfg, server_round)}
-
-    def eval_config(self, pid: int, server_round: int) -> dict[str, Any]:
-        """Config of client ``pid``'s evaluation message: the client settings."""
-        return self.client_settings(self.cfg)
+    def client_config(self, phase: str, pid: int, server_round: int) -> dict[str, Any]:
+        """Config of client ``pid``'s ``phase`` message: the client settings, and in training the
+        round's lr."""
+        settings = self.client_settings(self.cfg)
+        return {**settings, "lr": round_lr(self.cfg, server_round)} if phase == "train" else settings
 
     def reply_spec(self, pid: int, server_round: int) -> Spec:
         """Arrays a training reply must carry: by default the full model."""
@@ -324,31 +308,23 @@ class FedStrategy(Strategy, metaclass=Settings):
         weights = [r.num_examples if self.weighted and self.cfg.dp == "none" else 1.0 for r in replies]
         self.global_state = self.combine([r.payload["arrays"] for r in replies], weights)
 
-    def eval_broadcast(self, server_round: int) -> Payload:
-        """Arrays every client of the evaluation receives (converted once): what it evaluates."""
-        return {"arrays": self.global_state}
-
-    def eval_shared_payloads(self, server_round: int) -> Payload:
-        """Arrays several clients receive for evaluation, by name (as ``shared_payloads``)."""
-        return {}
-
-    def eval_client_payload(self, pid: int, server_round: int) -> Payload:
-        """Arrays client ``pid`` receives for evaluation besides the broadcast ones (an entry may
-        name one of ``eval_shared_payloads``)."""
-        return {}
-
     def central_state(self) -> Tensors | None:
         """The model evaluated on the global test set; None when there is no single model."""
         return self.global_state
 
     # ---- message contents ------------------------------------------------------------
+    def contents(self, phase: str, server_round: int, pids: list[int], config: Mapping | None = None
+                 ) -> dict[int, RecordDict]:
+        """One ``phase`` message content per partition id in ``pids``, its config over ``config``
+        (default: ``start``'s config of that phase)."""
+        base = self.base_config[phase] if config is None else config
+        return self.driver.contents(server_round, {pid: self.client_payload(phase, pid, server_round) for pid in pids},
+                                    lambda pid: {**dict(base), **self.client_config(phase, pid, server_round)},
+                                    self.broadcast_payload(phase, server_round), self.shared_payloads(phase, server_round))
+
     def train_contents(self, server_round: int, config: Mapping | None = None) -> dict[int, RecordDict]:
-        """One message content per sampled partition id."""
-        base = self.base_config["train"] if config is None else config
-        pids = self.sample(server_round)
-        return self.driver.contents(server_round, {pid: self.client_payload(pid, server_round) for pid in pids},
-                                    lambda pid: {**dict(base), **self.train_config(pid, server_round)},
-                                    self.broadcast_payload(server_round), self.shared_payloads(server_round))
+        """One training message content per sampled partition id."""
+        return self.contents("train", server_round, self.driver.round_sample("train", server_round), config)
 
     # ---- the global model as Flower's ArrayRecord ------------------------------------------
     def global_arrays(self) -> ArrayRecord | None:
@@ -388,11 +364,11 @@ class FedStrategy(Strategy, metaclass=Settings):
         return self.driver.messages(contents, MessageType.TRAIN)
 
     def check_flower_loop(self, own: str) -> None:
-        """A strategy that runs its round itself (``strategies.driver.OwnRounds``: several round trips,
+        """A strategy that runs its round itself (``strategies.driver.OwnHooks``: several round trips,
         or work around the exchange) cannot be driven by Flower's ``Strategy.start`` or a wrapper's:
         say so instead of running a wrong round. The driver runs such a round instead of calling
         configure/aggregate."""
-        if own_round(self, own) is not None:
+        if own_hook(self, own) is not None:
             raise RuntimeError(f"{type(self).__name__} has its own {own} (more than one configure/aggregate "
                                "pair per round), which Flower's Strategy.start cannot drive: run its own start()")
 
@@ -416,13 +392,10 @@ class FedStrategy(Strategy, metaclass=Settings):
         return self.global_arrays(), MetricRecord(metrics)
 
     def evaluate_contents(self, server_round: int, config: Mapping | None = None) -> dict[int, RecordDict]:
+        """One evaluation message content per partition id sampled (fraction-evaluate of all clients)."""
         if not self.cfg.fraction_evaluate:
             return {}
-        base = self.base_config["evaluate"] if config is None else config
-        pids = self.sample(server_round, sorted(self.clients), self.cfg.fraction_evaluate)
-        return self.driver.contents(server_round, {pid: self.eval_client_payload(pid, server_round) for pid in pids},
-                                    lambda pid: {**dict(base), **self.eval_config(pid, server_round)},
-                                    self.eval_broadcast(server_round), self.eval_shared_payloads(server_round))
+        return self.contents("evaluate", server_round, self.driver.round_sample("evaluate", server_round), config)
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord | None, config: ConfigRecord | Mapping,
                            grid: Grid) -> list[Message]:

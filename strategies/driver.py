@@ -183,7 +183,6 @@ class RoundHooks(Protocol):
 
     def plain_clients(self) -> bool: ...
     def client_need(self) -> str: ...
-    def train_pool(self) -> list[int]: ...
     def global_arrays(self) -> ArrayRecord | None: ...
     def reference(self, pid: int, name: str) -> Tensors | None: ...
     def configure_train(self, server_round: int, arrays: ArrayRecord | None, config: Mapping,
@@ -193,25 +192,35 @@ class RoundHooks(Protocol):
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord | None, config: Mapping,
                            grid: Grid) -> list[Message]: ...
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None: ...
-    def round_row(self, server_round: int) -> dict[str, Any]: ...
     def evaluate_central(self) -> dict[str, float]: ...
     def summary(self) -> None: ...
 
 
-class OwnRounds(Protocol):
-    """A round an algorithm runs itself, as its own method, where one configure/aggregate pair is not
-    its round (PeFLL and pFedHN: several exchanges a step through ``Driver.round_trip``); the driver
-    finds it with :func:`own_round` and runs it instead of its ``train_round`` / ``evaluate_round``.
-    Flower's loop cannot drive such a strategy (``FedStrategy.check_flower_loop``)."""
+class OwnHooks(Protocol):
+    """Hooks an algorithm may add as its own methods, where one algorithm needs them (so the base
+    offers no default); the driver and the results find them with :func:`own_hook` only.
+
+    A round the algorithm runs itself, where one configure/aggregate pair is not its round (PeFLL and
+    pFedHN: several exchanges a step through ``Driver.round_trip``), replaces the driver's
+    ``train_round`` / ``evaluate_round``; Flower's loop cannot drive such a strategy
+    (``FedStrategy.check_flower_loop``)."""
 
     def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]: ...
     def evaluate_round(self, server_round: int, grid: Grid) -> dict[str, float]: ...
+    def round_row(self, server_round: int) -> dict[str, Any]:
+        """Entries of a training round's row besides aggregate_train's metrics (HCCT: the groups)."""
+    def extra_results(self) -> dict[str, Any]:
+        """Entries merged into rounds.json (HCCT: the groups of every round)."""
+    def train_pool(self) -> list[int]:
+        """Partition ids that take part in training (Local: every client, new ones included)."""
+    def present(self, server_round: int, pool: list[int]) -> list[int]:
+        """The clients of ``pool`` that take part in ``server_round`` (HCCT: those arrived by then)."""
 
 
-def own_round(strategy: RoundHooks, name: str) -> Callable[[int, Grid], dict[str, float]] | None:
-    """The strategy's own round ``name`` (one of ``OwnRounds``), or None: the driver's."""
-    if name not in OwnRounds.__dict__:
-        raise AttributeError(f"{name} is no round a strategy may run itself ({', '.join(OwnRounds.__annotations__)})")
+def own_hook(strategy: object, name: str) -> Callable | None:
+    """The strategy's own hook ``name`` (one that ``OwnHooks`` declares), or None when it has none."""
+    if name not in OwnHooks.__dict__:
+        raise AttributeError(f"{name} is no hook of OwnHooks")
     return getattr(strategy, name, None)
 
 
@@ -337,6 +346,23 @@ class Driver:
         64-bit node ids, which NumPy turns into float64, losing digits, when some lie above 2**63."""
         n = sample_size(len(pool), fraction, self.cfg.min_train_nodes)
         return sorted(int(pool[i]) for i in self.strategy.rng.choice(len(pool), size=n, replace=False))
+
+    def train_pool(self) -> list[int]:
+        """Partition ids that take part in training: the connected seen clients, or the strategy's
+        own ``train_pool`` (Local's: every client)."""
+        if own := own_hook(self.strategy, "train_pool"):
+            return own()
+        return sorted(pid for pid, c in self.clients.items() if not c.unseen)
+
+    def round_sample(self, phase: str, server_round: int) -> list[int]:
+        """The clients of a round's ``phase``: the seeded sample of fraction-train of the training
+        pool ("train"), or of fraction-evaluate of all clients ("evaluate"), of those present (the
+        strategy's own ``present``: HCCT's arrived clients)."""
+        strategy, cfg = self.strategy, self.cfg
+        pool = self.train_pool() if phase == "train" else sorted(self.clients)
+        if present := own_hook(strategy, "present"):
+            pool = present(server_round, pool)
+        return self.sample(pool, cfg.fraction_train if phase == "train" else cfg.fraction_evaluate)
 
     # ---- messages --------------------------------------------------------------------
     def messages(self, contents: Mapping[int, RecordDict], message_type: str) -> list[Message]:
@@ -668,7 +694,7 @@ class Driver:
         if len(self.clients) < self.cfg.num_clients:
             log(WARNING, "only %d of %d clients connected; going on with those", len(self.clients),
                 self.cfg.num_clients)
-        if not strategy.train_pool():
+        if not self.train_pool():
             raise RuntimeError("no training client is connected")
         t_start = time.time() - (self.history[-1]["wall-time"] if self.history else 0.0)
         if not self.history:  # a run resumed from its round-0 checkpoint has this row
@@ -681,7 +707,7 @@ class Driver:
             self.traffic.clear()
             self.dropped.clear()
             self.discover(grid)  # nodes that joined since the last round
-            fit = (own_round(strategy, "fit_round") or self.train_round)(rnd, grid)
+            fit = self.train_round(rnd, grid)
             result.train_metrics_clientapp[rnd] = MetricRecord(scalars(fit))
             row: dict[str, Any] = {"round": rnd, **fit}
             row["train-seconds"] = time.time() - t0
@@ -695,7 +721,7 @@ class Driver:
                 raise RuntimeError(f"round {rnd}: no valid training reply in {what}, so the run stops; "
                                    f"dropped replies by reason: {reasons}")
             if rnd % self.cfg.eval_every == 0 or rnd == num_rounds:
-                row.update((own_round(strategy, "evaluate_round") or self.evaluate_round)(rnd, grid))
+                row.update(self.evaluate_round(rnd, grid))
             row.update(self.server_evaluate(rnd, evaluate_fn, result))
             self.totals.update(self.traffic)
             row.update(self.traffic)
@@ -721,22 +747,28 @@ class Driver:
     def train_round(self, server_round: int, grid: Grid) -> dict[str, Any]:
         """One round of training: the strategy's configure_train (its ``begin("train")`` work, then
         the messages), the exchange, its aggregate_train (under ``dp``, those of Flower's DP wrapper
-        around the strategy: strategies.privacy); the row's entries, with the strategy's
-        ``round_row``."""
+        around the strategy: strategies.privacy); the row's entries, with the strategy's own
+        ``round_row`` where it has one. A strategy with its own round (``OwnHooks.fit_round``) runs that."""
         strategy = self.strategy
+        if own := own_hook(strategy, "fit_round"):
+            return own(server_round, grid)
         if self.cfg.dp != "none":
             metrics = self.private_round(strategy, server_round, grid)
         else:
             msgs = strategy.configure_train(server_round, None, strategy.base_config["train"], grid)
             replies = self.exchange(grid, msgs, expected=strategy.expected["train"])
             metrics = dict(strategy.aggregate_train(server_round, replies)[1] or {})
-        return {**metrics, **strategy.round_row(server_round)}
+        row = own_hook(strategy, "round_row")
+        return {**metrics, **(row(server_round) if row else {})}
 
     def evaluate_round(self, server_round: int, grid: Grid) -> dict[str, Any]:
         """One evaluation: the strategy's configure_evaluate (its ``begin("evaluate")`` work, then
         the messages), the exchange, its aggregate_evaluate (pooled ``fed-*`` metrics), each client's
-        accuracy by partition id, and the central evaluation (``central-*``)."""
+        accuracy by partition id, and the central evaluation (``central-*``). A strategy with its own
+        evaluation (``OwnHooks.evaluate_round``) runs that."""
         strategy, out = self.strategy, {}
+        if own := own_hook(strategy, "evaluate_round"):
+            return own(server_round, grid)
         strategy.client_evals = []
         msgs = strategy.configure_evaluate(server_round, None, strategy.base_config["evaluate"], grid)
         if msgs:

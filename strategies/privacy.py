@@ -143,7 +143,7 @@ def wrapper(strategy: Wrapped) -> Strategy:
     if dp is not None:
         return dp
     cfg = strategy.cfg
-    n = sample_size(len(strategy.train_pool()), cfg.fraction_train, cfg.min_train_nodes)
+    n = sample_size(len(strategy.driver.train_pool()), cfg.fraction_train, cfg.min_train_nodes)
     cls = WRAPPERS[cfg.dp]
     if cfg.dp.endswith("fixed"):
         dp = cls(strategy, cfg.dp_noise_multiplier, cfg.dp_clipping_norm, n)

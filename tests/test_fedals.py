@@ -152,9 +152,9 @@ def test_unsampled_client_keeps_its_body(small_config):
     grid = InProcessGrid(app, 4, run_config)
     strategy = run_local(run_config, grid=grid)
     before = state_of(grid, "body")
-    sampled = set(strategy.sample(3))
+    sampled = set(strategy.driver.round_sample("train", 3))
     strategy.rng = np.random.default_rng([strategy.cfg.seed, 7])  # replay the draws of rounds 1-2
-    strategy.sample(1), strategy.sample(2)
+    strategy.driver.round_sample("train", 1), strategy.driver.round_sample("train", 2)
     strategy.driver.train_round(3, grid)
     after = state_of(grid, "body")
     assert set(before) - sampled and set(before) & sampled  # both cases occur
@@ -376,7 +376,7 @@ def test_matches_authors_fedals_code():
         for rnd in range(max(rounds) + 1):
             replies, server_round = [], rnd + alpha
             for k in range(n):
-                config = {**strategy.train_config(k, server_round), "server-round": server_round,
+                config = {**strategy.client_config("train", k, server_round), "server-round": server_round,
                           "local-steps": 1 if rnd == 0 else tau}
                 client = FedALSClient(cfg, build_model("resnet20", (3, 32, 32), 10), data[k], states[k])
                 payload, metrics = client.fit(strategy.train_payload(k, server_round), config)
