@@ -5,8 +5,9 @@
 and ``start()`` taking Flower's arguments and returning Flower's ``Result``. The round driver
 (``strategies.driver``: discovery, sampling, messages, exchange, reply checks, the loop, results)
 is held as ``self.driver``. An algorithm subclass overrides only the hooks that carry its update
-rule: ``broadcast_payload`` / ``shared_payloads`` / ``client_payload``, ``train_config``,
-``reply_spec``, ``aggregate``, the evaluation ones and ``central_state``. The driver runs each
+rule: ``broadcast_payload`` / ``shared_payloads`` / ``client_payload`` / ``client_config`` (each for
+the "train" or "evaluate" phase), ``begin``, ``reply_spec``, ``aggregate`` and ``central_state``;
+a hook one algorithm needs is its own method (``strategies.driver.OwnHooks``). The driver runs each
 round (``Driver.train_round`` / ``Driver.evaluate_round``: configure, exchange, aggregate); an
 algorithm whose round is several round trips defines its own (``strategies.driver.OwnHooks``,
 built from ``driver.round_trip``).
