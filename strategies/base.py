@@ -5,9 +5,12 @@
 and ``start()`` taking Flower's arguments and returning Flower's ``Result``. The round driver
 (``strategies.driver``: discovery, sampling, messages, exchange, reply checks, the loop, results)
 is held as ``self.driver``. An algorithm subclass overrides only the hooks that carry its update
-rule: ``broadcast_payload`` / ``shared_payloads`` / ``client_payload``, ``train_config``,
-``reply_spec``, ``aggregate``, the evaluation ones and ``central_state`` (and ``fit_round`` /
-``evaluate_round`` for several round trips, built from ``driver.round_trip``).
+rule: ``broadcast_payload`` / ``shared_payloads`` / ``client_payload`` / ``client_config`` (each for
+the "train" or "evaluate" phase), ``begin``, ``reply_spec``, ``aggregate`` and ``central_state``;
+a hook one algorithm needs is its own method (``strategies.driver.OwnHooks``). The driver runs each
+round (``Driver.train_round`` / ``Driver.evaluate_round``: configure, exchange, aggregate); an
+algorithm whose round is several round trips defines its own (``strategies.driver.OwnHooks``,
+built from ``driver.round_trip``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import uuid
 from abc import ABCMeta
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from contextlib import contextmanager
 from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any, ClassVar
@@ -40,7 +42,8 @@ from fedapp.core.data import Dataset
 from fedapp.core.experiment import round_lr, unseen_clients
 from fedapp.core.records import Payload, RecordStore, Tensors, from_record, to_record
 from fedapp.core.training import evaluate
-from strategies.driver import ClientInfo, Driver, Reply, Spec, spec_of
+from strategies.driver import ClientInfo, Driver, Reply, Spec, own_hook, spec_of
+from strategies.privacy import private_round
 
 #: common run-config settings that clients read in local training and evaluation: every training and
 #: evaluation message's config carries them (``client_settings``), so a client never reads them from
@@ -151,8 +154,7 @@ class FedStrategy(Strategy, metaclass=Settings):
         # the partition ids addressed by the last configure_train / configure_evaluate, with the
         # arrays their replies must carry: aggregate_train / aggregate_evaluate check replies against them
         self.expected: dict[str, dict[int, Spec | None]] = {"train": {}, "evaluate": {}}
-        self.in_round = False  # inside this class's own fit_round / evaluate_round
-        self.driver = Driver(self)
+        self.driver = Driver(self, private_round)
 
     # ---- the run state, the driver's (it writes it; checkpoints carry history and totals) ----
     @property
@@ -237,17 +239,6 @@ class FedStrategy(Strategy, metaclass=Settings):
         keys = {f"{self.config_prefix}.{k.name}": self.cfg.algo(k.name) for k in self.config_keys}
         log(INFO, "%s: %s", type(self).__name__, keys or "no algorithm settings")
 
-    # ---- who takes part ----------------------------------------------------------------
-    def train_pool(self) -> list[int]:
-        """Partition ids that take part in training (seen clients that are connected)."""
-        return sorted(pid for pid, c in self.clients.items() if not c.unseen)
-
-    def sample(self, server_round: int, pool: list[int] | None = None, fraction: float | None = None) -> list[int]:
-        """The round's clients: the driver's seeded sample of ``fraction`` (default fraction-train)
-        of ``pool`` (default ``train_pool``)."""
-        return self.driver.sample(self.train_pool() if pool is None else pool,
-                                  self.cfg.fraction_train if fraction is None else fraction)
-
     # ---- robust aggregation ------------------------------------------------------------
     def reference(self, pid: int, name: str) -> Tensors | None:
         """What reply record ``name`` of client ``pid`` is an update of: the record of that name
@@ -274,29 +265,26 @@ class FedStrategy(Strategy, metaclass=Settings):
         the clients before training, FedALS collects the bodies before evaluation); may exchange
         with the clients through ``round_trip``."""
 
-    def round_row(self, server_round: int) -> dict[str, Any]:
-        """Entries of the round's results row besides aggregate_train's metrics (HCCT: the groups)."""
-        return {}
-
-    def broadcast_payload(self, server_round: int) -> Payload:
-        """Arrays every sampled client receives for training (converted to records once)."""
+    def broadcast_payload(self, phase: str, server_round: int) -> Payload:
+        """Arrays every client of the round's ``phase`` ("train" or "evaluate") receives (converted to
+        records once): what it trains from, or evaluates."""
         return {"arrays": self.global_state}
 
-    def shared_payloads(self, server_round: int) -> Payload:
-        """Arrays several (not all) clients receive for training, by name: a client's payload names
-        one with ``Shared(name)``, and it is converted to a record once per exchange."""
+    def shared_payloads(self, phase: str, server_round: int) -> Payload:
+        """Arrays several (not all) clients of ``phase`` receive, by name: a client's payload names one
+        with ``Shared(name)``, and it is converted to a record once per exchange."""
         return {}
 
-    def client_payload(self, pid: int, server_round: int) -> Payload:
-        """Arrays client ``pid`` receives for training besides the broadcast ones (an entry may name
-        one of ``shared_payloads``)."""
+    def client_payload(self, phase: str, pid: int, server_round: int) -> Payload:
+        """Arrays client ``pid`` receives in ``phase`` besides the broadcast ones (an entry may name one
+        of ``shared_payloads``)."""
         return {}
 
     def train_payload(self, pid: int, server_round: int) -> Payload:
         """Everything client ``pid`` receives for training: the broadcast and its own arrays."""
-        store = RecordStore(self.shared_payloads(server_round))
-        return {**self.broadcast_payload(server_round),
-                **{name: store.tensors(entry) for name, entry in self.client_payload(pid, server_round).items()}}
+        store = RecordStore(self.shared_payloads("train", server_round))
+        return {**self.broadcast_payload("train", server_round),
+                **{name: store.tensors(entry) for name, entry in self.client_payload("train", pid, server_round).items()}}
 
     @classmethod
     def client_settings(cls, cfg: RunConfig) -> dict[str, Any]:
@@ -305,13 +293,11 @@ class FedStrategy(Strategy, metaclass=Settings):
         ``proximal-mu``, as Flower's FedProx sends it)."""
         return {**{k: cfg[k] for k in CLIENT_SETTINGS}, **{k: cfg.algo(k) for k in cls.client_keys}}
 
-    def train_config(self, pid: int, server_round: int) -> dict[str, Any]:
-        """Config of client ``pid``'s training message: the client settings and the round's lr."""
-        return {**self.client_settings(self.cfg), "lr": round_lr(self.cfg, server_round)}
-
-    def eval_config(self, pid: int, server_round: int) -> dict[str, Any]:
-        """Config of client ``pid``'s evaluation message: the client settings."""
-        return self.client_settings(self.cfg)
+    def client_config(self, phase: str, pid: int, server_round: int) -> dict[str, Any]:
+        """Config of client ``pid``'s ``phase`` message: the client settings, and in training the
+        round's lr."""
+        settings = self.client_settings(self.cfg)
+        return {**settings, "lr": round_lr(self.cfg, server_round)} if phase == "train" else settings
 
     def reply_spec(self, pid: int, server_round: int) -> Spec:
         """Arrays a training reply must carry: by default the full model."""
@@ -323,31 +309,23 @@ class FedStrategy(Strategy, metaclass=Settings):
         weights = [r.num_examples if self.weighted and self.cfg.dp == "none" else 1.0 for r in replies]
         self.global_state = self.combine([r.payload["arrays"] for r in replies], weights)
 
-    def eval_broadcast(self, server_round: int) -> Payload:
-        """Arrays every client of the evaluation receives (converted once): what it evaluates."""
-        return {"arrays": self.global_state}
-
-    def eval_shared_payloads(self, server_round: int) -> Payload:
-        """Arrays several clients receive for evaluation, by name (as ``shared_payloads``)."""
-        return {}
-
-    def eval_client_payload(self, pid: int, server_round: int) -> Payload:
-        """Arrays client ``pid`` receives for evaluation besides the broadcast ones (an entry may
-        name one of ``eval_shared_payloads``)."""
-        return {}
-
     def central_state(self) -> Tensors | None:
         """The model evaluated on the global test set; None when there is no single model."""
         return self.global_state
 
     # ---- message contents ------------------------------------------------------------
+    def contents(self, phase: str, server_round: int, pids: list[int], config: Mapping | None = None
+                 ) -> dict[int, RecordDict]:
+        """One ``phase`` message content per partition id in ``pids``, its config over ``config``
+        (default: ``start``'s config of that phase)."""
+        base = self.base_config[phase] if config is None else config
+        return self.driver.contents(server_round, {pid: self.client_payload(phase, pid, server_round) for pid in pids},
+                                    lambda pid: {**dict(base), **self.client_config(phase, pid, server_round)},
+                                    self.broadcast_payload(phase, server_round), self.shared_payloads(phase, server_round))
+
     def train_contents(self, server_round: int, config: Mapping | None = None) -> dict[int, RecordDict]:
-        """One message content per sampled partition id."""
-        base = self.base_config["train"] if config is None else config
-        pids = self.sample(server_round)
-        return self.driver.contents(server_round, {pid: self.client_payload(pid, server_round) for pid in pids},
-                                    lambda pid: {**dict(base), **self.train_config(pid, server_round)},
-                                    self.broadcast_payload(server_round), self.shared_payloads(server_round))
+        """One training message content per sampled partition id."""
+        return self.contents("train", server_round, self.driver.round_sample("train", server_round), config)
 
     # ---- the global model as Flower's ArrayRecord ------------------------------------------
     def global_arrays(self) -> ArrayRecord | None:
@@ -387,10 +365,11 @@ class FedStrategy(Strategy, metaclass=Settings):
         return self.driver.messages(contents, MessageType.TRAIN)
 
     def check_flower_loop(self, own: str) -> None:
-        """A strategy whose round is more than Flower's configure/aggregate pair (it overrides
-        ``fit_round`` or ``evaluate_round``: several round trips, or work around the exchange) cannot
-        be driven by Flower's ``Strategy.start`` or a wrapper's: say so instead of running a wrong round."""
-        if not self.in_round and getattr(type(self), own) is not getattr(FedStrategy, own):
+        """A strategy that runs its round itself (``strategies.driver.OwnHooks``: several round trips,
+        or work around the exchange) cannot be driven by Flower's ``Strategy.start`` or a wrapper's:
+        say so instead of running a wrong round. The driver runs such a round instead of calling
+        configure/aggregate."""
+        if own_hook(self, own) is not None:
             raise RuntimeError(f"{type(self).__name__} has its own {own} (more than one configure/aggregate "
                                "pair per round), which Flower's Strategy.start cannot drive: run its own start()")
 
@@ -414,13 +393,10 @@ class FedStrategy(Strategy, metaclass=Settings):
         return self.global_arrays(), MetricRecord(metrics)
 
     def evaluate_contents(self, server_round: int, config: Mapping | None = None) -> dict[int, RecordDict]:
+        """One evaluation message content per partition id sampled (fraction-evaluate of all clients)."""
         if not self.cfg.fraction_evaluate:
             return {}
-        base = self.base_config["evaluate"] if config is None else config
-        pids = self.sample(server_round, sorted(self.clients), self.cfg.fraction_evaluate)
-        return self.driver.contents(server_round, {pid: self.eval_client_payload(pid, server_round) for pid in pids},
-                                    lambda pid: {**dict(base), **self.eval_config(pid, server_round)},
-                                    self.eval_broadcast(server_round), self.eval_shared_payloads(server_round))
+        return self.contents("evaluate", server_round, self.driver.round_sample("evaluate", server_round), config)
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord | None, config: ConfigRecord | Mapping,
                            grid: Grid) -> list[Message]:
@@ -471,43 +447,6 @@ class FedStrategy(Strategy, metaclass=Settings):
                             vals = np.array([r.metrics[f"{extra}-{m}"] for r in rs])
                             out[f"{prefix}-{extra}-{m}"] = float((vals * w).sum() / w.sum())
         return MetricRecord(out)
-
-    # ---- rounds ----------------------------------------------------------------------
-    def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]:
-        """One round of training: Flower's configure_train, the exchange, aggregate_train (under
-        ``dp``, those of Flower's DP wrapper around this strategy: strategies.privacy)."""
-        if self.cfg.dp != "none":
-            from strategies.privacy import private_round
-
-            return {**private_round(self, server_round, grid), **self.round_row(server_round)}
-        with self.driving():
-            msgs = self.configure_train(server_round, None, self.base_config["train"], grid)
-        replies = self.driver.exchange(grid, msgs, expected=self.expected["train"])
-        _, metrics = self.aggregate_train(server_round, replies)
-        return {**dict(metrics or {}), **self.round_row(server_round)}
-
-    @contextmanager
-    def driving(self):
-        """Marks calls of the Flower API made by this class's own rounds (``check_flower_loop``)."""
-        self.in_round = True
-        try:
-            yield
-        finally:
-            self.in_round = False
-
-    def evaluate_round(self, server_round: int, grid: Grid) -> dict[str, float]:
-        out: dict[str, Any] = {}
-        self.client_evals = []
-        with self.driving():
-            msgs = self.configure_evaluate(server_round, None, self.base_config["evaluate"], grid)
-        if msgs:
-            replies = self.driver.exchange(grid, msgs, traffic="eval", expected=self.expected["evaluate"])
-            out.update(self.aggregate_evaluate(server_round, replies) or {})
-            accuracy = {pid: m["accuracy"] for pid, _, m in self.client_evals if m["num-examples"] > 0}
-            if accuracy:  # per partition id
-                out["fed-client-accuracy"] = accuracy
-        out.update(self.evaluate_central())
-        return out
 
     def evaluate_central(self) -> dict[str, float]:
         state = self.central_state() if self.cfg.central_eval and self.dataset is not None else None

@@ -164,9 +164,10 @@ def sample_size(pool: int, fraction: float, min_nodes: int) -> int:
 
 class RoundHooks(Protocol):
     """What the driver reads and calls on the strategy it runs (``strategies.base.FedStrategy``
-    implements it): the settings and algorithm state it keeps, and the round's hooks; the run state
-    the driver writes (``clients``, ``history``, ``totals``) is the driver's own. Declared here so the
-    driver needs no import of the strategy's class."""
+    implements it): the settings and algorithm state it keeps, Flower's configure/aggregate pair
+    and the round's other hooks; the run state the driver writes (``clients``, ``history``,
+    ``totals``) is the driver's own. Declared here so the driver needs no import of the strategy's
+    class."""
 
     cfg: RunConfig
     rng: np.random.Generator
@@ -176,23 +177,62 @@ class RoundHooks(Protocol):
     state_rounds: dict[int, int]  # partition id -> the round of the client state it holds
     kept_state_rounds: dict[int, int]
     results_path: Path | None
+    # partition id -> the arrays its reply must carry, of the last configure_train / configure_evaluate
+    expected: dict[str, dict[int, Spec | None]]
+    client_evals: list[tuple[int, bool, dict[str, float]]]  # the last evaluation's (pid, unseen, metrics)
 
     def plain_clients(self) -> bool: ...
     def client_need(self) -> str: ...
-    def train_pool(self) -> list[int]: ...
     def global_arrays(self) -> ArrayRecord | None: ...
     def reference(self, pid: int, name: str) -> Tensors | None: ...
-    def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]: ...
-    def evaluate_round(self, server_round: int, grid: Grid) -> dict[str, float]: ...
+    def configure_train(self, server_round: int, arrays: ArrayRecord | None, config: Mapping,
+                        grid: Grid) -> list[Message]: ...
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]: ...
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord | None, config: Mapping,
+                           grid: Grid) -> list[Message]: ...
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None: ...
     def evaluate_central(self) -> dict[str, float]: ...
     def summary(self) -> None: ...
+
+
+class OwnHooks(Protocol):
+    """Hooks an algorithm may add as its own methods, where one algorithm needs them (so the base
+    offers no default); the driver and the results find them with :func:`own_hook` only.
+
+    A round the algorithm runs itself, where one configure/aggregate pair is not its round (PeFLL and
+    pFedHN: several exchanges a step through ``Driver.round_trip``), replaces the driver's
+    ``train_round`` / ``evaluate_round``; Flower's loop cannot drive such a strategy
+    (``FedStrategy.check_flower_loop``)."""
+
+    def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]: ...
+    def evaluate_round(self, server_round: int, grid: Grid) -> dict[str, float]: ...
+    def round_row(self, server_round: int) -> dict[str, Any]:
+        """Entries of a training round's row besides aggregate_train's metrics (HCCT: the groups)."""
+    def extra_results(self) -> dict[str, Any]:
+        """Entries merged into rounds.json (HCCT: the groups of every round)."""
+    def train_pool(self) -> list[int]:
+        """Partition ids that take part in training (Local: every client, new ones included)."""
+    def present(self, server_round: int, pool: list[int]) -> list[int]:
+        """The clients of ``pool`` that take part in ``server_round`` (HCCT: those arrived by then)."""
+
+
+def own_hook(strategy: object, name: str) -> Callable | None:
+    """The strategy's own hook ``name`` (one that ``OwnHooks`` declares), or None when it has none."""
+    if name not in OwnHooks.__dict__:
+        raise AttributeError(f"{name} is no hook of OwnHooks")
+    return getattr(strategy, name, None)
 
 
 class Driver:
     """Runs one strategy's rounds; ``strategy`` supplies the hooks (``RoundHooks``)."""
 
-    def __init__(self, strategy: RoundHooks):
+    def __init__(self, strategy: RoundHooks,
+                 private_round: Callable[[RoundHooks, int, Grid], dict[str, Any]] | None = None):
         self.strategy = strategy
+        #: a training round through Flower's DP wrapper (``strategies.privacy.private_round``): the
+        #: round under the run config's ``dp`` (FedStrategy passes it)
+        self.private_round = private_round
         # the run state the driver writes (checkpoints carry history and totals: fedapp.runtime.checkpoint)
         self.clients: dict[int, ClientInfo] = {}  #: partition id -> its node, found at discovery
         self.history: list[dict[str, Any]] = []  #: the rows of the rounds run, round 0 first
@@ -306,6 +346,23 @@ class Driver:
         64-bit node ids, which NumPy turns into float64, losing digits, when some lie above 2**63."""
         n = sample_size(len(pool), fraction, self.cfg.min_train_nodes)
         return sorted(int(pool[i]) for i in self.strategy.rng.choice(len(pool), size=n, replace=False))
+
+    def train_pool(self) -> list[int]:
+        """Partition ids that take part in training: the connected seen clients, or the strategy's
+        own ``train_pool`` (Local's: every client)."""
+        if own := own_hook(self.strategy, "train_pool"):
+            return own()
+        return sorted(pid for pid, c in self.clients.items() if not c.unseen)
+
+    def round_sample(self, phase: str, server_round: int) -> list[int]:
+        """The clients of a round's ``phase``: the seeded sample of fraction-train of the training
+        pool ("train"), or of fraction-evaluate of all clients ("evaluate"), of those present (the
+        strategy's own ``present``: HCCT's arrived clients)."""
+        strategy, cfg = self.strategy, self.cfg
+        pool = self.train_pool() if phase == "train" else sorted(self.clients)
+        if present := own_hook(strategy, "present"):
+            pool = present(server_round, pool)
+        return self.sample(pool, cfg.fraction_train if phase == "train" else cfg.fraction_evaluate)
 
     # ---- messages --------------------------------------------------------------------
     def messages(self, contents: Mapping[int, RecordDict], message_type: str) -> list[Message]:
@@ -637,7 +694,7 @@ class Driver:
         if len(self.clients) < self.cfg.num_clients:
             log(WARNING, "only %d of %d clients connected; going on with those", len(self.clients),
                 self.cfg.num_clients)
-        if not strategy.train_pool():
+        if not self.train_pool():
             raise RuntimeError("no training client is connected")
         t_start = time.time() - (self.history[-1]["wall-time"] if self.history else 0.0)
         if not self.history:  # a run resumed from its round-0 checkpoint has this row
@@ -650,7 +707,7 @@ class Driver:
             self.traffic.clear()
             self.dropped.clear()
             self.discover(grid)  # nodes that joined since the last round
-            fit = strategy.fit_round(rnd, grid)
+            fit = self.train_round(rnd, grid)
             result.train_metrics_clientapp[rnd] = MetricRecord(scalars(fit))
             row: dict[str, Any] = {"round": rnd, **fit}
             row["train-seconds"] = time.time() - t0
@@ -664,7 +721,7 @@ class Driver:
                 raise RuntimeError(f"round {rnd}: no valid training reply in {what}, so the run stops; "
                                    f"dropped replies by reason: {reasons}")
             if rnd % self.cfg.eval_every == 0 or rnd == num_rounds:
-                row.update(strategy.evaluate_round(rnd, grid))
+                row.update(self.evaluate_round(rnd, grid))
             row.update(self.server_evaluate(rnd, evaluate_fn, result))
             self.totals.update(self.traffic)
             row.update(self.traffic)
@@ -686,6 +743,42 @@ class Driver:
         if arrays is not None:
             result.arrays = arrays
         return result
+
+    def train_round(self, server_round: int, grid: Grid) -> dict[str, Any]:
+        """One round of training: the strategy's configure_train (its ``begin("train")`` work, then
+        the messages), the exchange, its aggregate_train (under ``dp``, those of Flower's DP wrapper
+        around the strategy: strategies.privacy); the row's entries, with the strategy's own
+        ``round_row`` where it has one. A strategy with its own round (``OwnHooks.fit_round``) runs that."""
+        strategy = self.strategy
+        if own := own_hook(strategy, "fit_round"):
+            return own(server_round, grid)
+        if self.cfg.dp != "none":
+            metrics = self.private_round(strategy, server_round, grid)
+        else:
+            msgs = strategy.configure_train(server_round, None, strategy.base_config["train"], grid)
+            replies = self.exchange(grid, msgs, expected=strategy.expected["train"])
+            metrics = dict(strategy.aggregate_train(server_round, replies)[1] or {})
+        row = own_hook(strategy, "round_row")
+        return {**metrics, **(row(server_round) if row else {})}
+
+    def evaluate_round(self, server_round: int, grid: Grid) -> dict[str, Any]:
+        """One evaluation: the strategy's configure_evaluate (its ``begin("evaluate")`` work, then
+        the messages), the exchange, its aggregate_evaluate (pooled ``fed-*`` metrics), each client's
+        accuracy by partition id, and the central evaluation (``central-*``). A strategy with its own
+        evaluation (``OwnHooks.evaluate_round``) runs that."""
+        strategy, out = self.strategy, {}
+        if own := own_hook(strategy, "evaluate_round"):
+            return own(server_round, grid)
+        strategy.client_evals = []
+        msgs = strategy.configure_evaluate(server_round, None, strategy.base_config["evaluate"], grid)
+        if msgs:
+            replies = self.exchange(grid, msgs, traffic="eval", expected=strategy.expected["evaluate"])
+            out.update(strategy.aggregate_evaluate(server_round, replies) or {})
+            accuracy = {pid: m["accuracy"] for pid, _, m in strategy.client_evals if m["num-examples"] > 0}
+            if accuracy:  # per partition id
+                out["fed-client-accuracy"] = accuracy
+        out.update(strategy.evaluate_central())
+        return out
 
     def end_of_run(self, grid: Grid) -> None:
         """The run has finished: its client state files are removed at the sites (``end-of-run``),

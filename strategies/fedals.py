@@ -96,17 +96,18 @@ class FedALS(FedStrategy):
         """Whether ``pid`` gets the global body: only when it is newer than the client's own."""
         return self.client_body.get(pid, -1) < self.body_round
 
-    def broadcast_payload(self, server_round):
-        return {"head": self.head}
+    def broadcast_payload(self, phase, server_round):
+        return {"head": self.head} if phase == "train" else self.eval_parts
 
-    def shared_payloads(self, server_round):
-        return {"body": self.body}
+    def shared_payloads(self, phase, server_round):
+        return {"body": self.body} if phase == "train" else {}
 
-    def client_payload(self, pid, server_round):
-        return {"body": Shared("body")} if self.sends_body(pid) else {}
+    def client_payload(self, phase, pid, server_round):
+        return {"body": Shared("body")} if phase == "train" and self.sends_body(pid) else {}
 
-    def train_config(self, pid, server_round):
-        return {**super().train_config(pid, server_round), "sync-body": self.is_body_round(server_round)}
+    def client_config(self, phase, pid, server_round):
+        config = super().client_config(phase, pid, server_round)
+        return {**config, "sync-body": self.is_body_round(server_round)} if phase == "train" else config
 
     def reply_spec(self, pid, server_round):
         return spec_of({"head": self.head, **({"body": self.body} if self.is_body_round(server_round) else {})})
@@ -125,12 +126,12 @@ class FedALS(FedStrategy):
     def averaged_model(self, server_round: int, grid: Grid) -> Tensors:
         """(mean phi_i, mean h_i) over all training clients. Right after a body average of
         everyone that is the global model; otherwise the bodies are fetched (eval traffic)."""
-        pool = self.train_pool()
+        pool = self.driver.train_pool()
         if self.body_round == server_round and self.body_pids == set(pool):
             return self.global_state
         spec = spec_of({"body": self.body})
         valid = self.driver.round_trip(grid, server_round, dict.fromkeys(pool, {}),
-                                lambda pid: {**self.eval_config(pid, server_round), "collect-body": True},
+                                lambda pid: {**self.client_config("evaluate", pid, server_round), "collect-body": True},
                                 lambda pid: spec, MessageType.EVALUATE, "eval")
         if not valid:
             return self.global_state
@@ -145,9 +146,6 @@ class FedALS(FedStrategy):
         if self.averaged is not None:
             self.eval_parts = {"body": {k: self.averaged[k] for k in self.body_keys},
                                "head": {k: self.averaged[k] for k in self.head_keys}}
-
-    def eval_broadcast(self, server_round):
-        return self.eval_parts
 
     def central_state(self):
         return self.global_state if self.averaged is None else self.averaged
@@ -192,12 +190,14 @@ class FedALSScaffold(FedALS):
         self.head_control = {k: self.control[k] for k in self.head_params}
         self.full_control = {k: self.control[k] for k in self.body_params + self.head_params}
 
-    def shared_payloads(self, server_round):
-        return {**super().shared_payloads(server_round), "control": self.full_control, "head-control": self.head_control}
+    def shared_payloads(self, phase, server_round):
+        shared = super().shared_payloads(phase, server_round)
+        return {**shared, "control": self.full_control, "head-control": self.head_control} if phase == "train" else shared
 
-    def client_payload(self, pid, server_round):
-        payload = super().client_payload(pid, server_round)
-        payload["control"] = Shared("control" if "body" in payload else "head-control")
+    def client_payload(self, phase, pid, server_round):
+        payload = super().client_payload(phase, pid, server_round)
+        if phase == "train":
+            payload["control"] = Shared("control" if "body" in payload else "head-control")
         return payload
 
     def reply_spec(self, pid, server_round):
@@ -209,7 +209,7 @@ class FedALSScaffold(FedALS):
         # a part not averaged this round has Delta c = 0: pad to the full c for SCAFFOLD's update
         zeros = {k: 0.0 * self.control[k] for k in self.body_params}
         self.control = updated_control(self.control, [{**zeros, **r.payload["control-delta"]} for r in replies],
-                                       len(self.train_pool()), None if self.cfg.aggregation == "mean" else self.combine)
+                                       len(self.driver.train_pool()), None if self.cfg.aggregation == "mean" else self.combine)
         super().aggregate(server_round, replies)
         self.split_control()
 

@@ -25,7 +25,9 @@ class FedCM(FedStrategy):
         super().__init__(cfg, model, dataset)
         self.momentum = self.zeros_like_params()
 
-    def broadcast_payload(self, server_round):
+    def broadcast_payload(self, phase, server_round):
+        if phase != "train":
+            return super().broadcast_payload(phase, server_round)
         return {"arrays": self.global_state, "momentum": self.momentum}
 
     def aggregate(self, server_round, replies):

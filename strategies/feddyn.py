@@ -33,7 +33,7 @@ class FedDyn(FedStrategy):
         """lambda <- lambda - sum_{i in S} (w_i - w) / (beta m), m = all training clients. With a
         robust ``aggregation`` the sum is |S| times the robust combination ``combined`` of the w_i
         less w (median, trimmed mean and Krum commute with the shift by w), as SCAFFOLD's control."""
-        scale = self.cfg.algo("beta") * len(self.train_pool())
+        scale = self.cfg.algo("beta") * len(self.driver.train_pool())
         if self.cfg.aggregation == "mean":
             self.dual = {k: lam - sum(r.payload["arrays"][k] - w[k] for r in replies) / scale
                          for k, lam in self.dual.items()}

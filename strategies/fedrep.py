@@ -41,15 +41,19 @@ class FedRep(FedStrategy):
     def body_state(self):
         return {k: self.global_state[k] for k in self.body_keys}
 
-    def broadcast_payload(self, server_round):
-        return {"body": self.body_state()}
+    def broadcast_payload(self, phase, server_round):
+        return {"body": self.body_state()}  # training and evaluation: each client has its own head
 
     def head_config(self, new: bool = False) -> dict[str, int]:
         epochs = self.cfg.algo("new-head-epochs") if new else 0
         return {"head-steps": self.cfg.algo("head-steps"), "head-epochs": epochs or self.cfg.algo("head-epochs")}
 
-    def train_config(self, pid, server_round) -> dict[str, Any]:
-        return {**super().train_config(pid, server_round), **self.head_config()}
+    def client_config(self, phase, pid, server_round) -> dict[str, Any]:
+        if phase == "train":
+            return {**super().client_config(phase, pid, server_round), **self.head_config()}
+        # a new client fits its head at evaluation with the run's lr and head-steps
+        return {**super().client_config(phase, pid, server_round), "lr": round_lr(self.cfg, server_round),
+                **self.head_config(new=True)}
 
     def reply_spec(self, pid, server_round):
         return spec_of({"body": self.body_state()})
@@ -57,14 +61,6 @@ class FedRep(FedStrategy):
     def aggregate(self, server_round, replies) -> None:
         body = self.combine([r.payload["body"] for r in replies], [r.num_examples for r in replies])
         self.global_state = {**self.global_state, **body}
-
-    def eval_broadcast(self, server_round):
-        return {"body": self.body_state()}
-
-    def eval_config(self, pid, server_round):
-        # a new client fits its head at evaluation with the run's lr and head-steps
-        return {**super().eval_config(pid, server_round), "lr": round_lr(self.cfg, server_round),
-                **self.head_config(new=True)}
 
     def central_state(self) -> None:
         return None  # the body alone is no classifier

@@ -49,7 +49,9 @@ class FedSMOO(FedDyn):
         super().__init__(cfg, model, dataset)
         self.perturbation = self.zeros_like_params()
 
-    def broadcast_payload(self, server_round):
+    def broadcast_payload(self, phase, server_round):
+        if phase != "train":
+            return super().broadcast_payload(phase, server_round)
         return {"arrays": self.global_state, "perturbation": self.perturbation}
 
     def reply_spec(self, pid, server_round):

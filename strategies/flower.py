@@ -145,8 +145,9 @@ class FlowerStrategy(FedStrategy):
             logger.setLevel(level)
         self.flower_config = {k: v for k, v in msgs[0].content["config"].items() if k != "server-round"}
 
-    def train_config(self, pid, server_round):
-        return {**super().train_config(pid, server_round), **self.flower_config}
+    def client_config(self, phase, pid, server_round):
+        config = super().client_config(phase, pid, server_round)
+        return {**config, **self.flower_config} if phase == "train" else config
 
     def aggregate(self, server_round, replies):
         node_ids = {pid: c.node_id for pid, c in self.clients.items()}

@@ -177,9 +177,10 @@ class HCCT(FedStrategy):
         return min(self.cfg.num_clients, first + self.cfg.algo("new-clients") * ((server_round - 1)
                                                                               // self.cfg.algo("arrival-every")))
 
-    def sample(self, server_round: int, pool: list[int] | None = None, fraction: float | None = None) -> list[int]:
-        pool = self.train_pool() if pool is None else pool
-        return super().sample(server_round, [p for p in pool if p < self.arrived(server_round)], fraction)
+    def present(self, server_round: int, pool: list[int]) -> list[int]:
+        """The clients of ``pool`` arrived by ``server_round``, the only ones sampled
+        (``strategies.driver.OwnHooks``)."""
+        return [p for p in pool if p < self.arrived(server_round)]
 
     # ---- what is shared -----------------------------------------------------------------
     def shared_state_keys(self) -> list[str]:
@@ -219,7 +220,7 @@ class HCCT(FedStrategy):
         new = [pid for pid in pool if pid not in self.updates]
         if not new or not self.updates:  # round 1 has no one to be placed among
             return
-        replies = self.driver.round_trip(grid, server_round, dict.fromkeys(new, {}), lambda pid: self.train_config(pid, 1),
+        replies = self.driver.round_trip(grid, server_round, dict.fromkeys(new, {}), lambda pid: self.client_config("train", pid, 1),
                                   lambda pid: self.reply_spec(pid, server_round), broadcast={"arrays": self.init_state})
         for r in replies:
             self.updates[r.pid] = {k: r.payload["arrays"][k] - self.init_state[k] for k in self.similarity_keys}
@@ -229,7 +230,7 @@ class HCCT(FedStrategy):
         """This round's groups and their start models, before the training messages."""
         if phase != "train":
             return
-        pool = [pid for pid in self.train_pool() if pid < self.arrived(server_round)]
+        pool = self.present(server_round, self.driver.train_pool())
         if self.places_newcomers_at_once():
             self.probe_newcomers(server_round, grid, pool)
         self.groups = self.partition(server_round, pool)
@@ -239,20 +240,28 @@ class HCCT(FedStrategy):
         self.group_log.append({"round": server_round, "groups": [list(g) for g in self.groups]})
 
     def round_row(self, server_round: int) -> dict[str, Any]:
+        """The row's groups (``strategies.driver.OwnHooks``)."""
         return {"groups": [list(g) for g in self.groups], "num-groups": len(self.groups)}
 
     def group_of(self, pid: int) -> Group:
         return next(g for g in self.groups if pid in g)
 
     # ---- hooks --------------------------------------------------------------------------
-    def broadcast_payload(self, server_round: int):
-        return {}  # each group trains its own model
+    def broadcast_payload(self, phase: str, server_round: int):
+        return {}  # each group trains its own model, each client evaluates its own
 
-    def shared_payloads(self, server_round: int):
-        return {group_name(g): start for g, start in self.starts.items()}
+    def shared_payloads(self, phase: str, server_round: int):
+        if phase == "train":
+            return {group_name(g): start for g, start in self.starts.items()}
+        return {"initial": self.init_state, **{group_name(g): m for g, m in self.group_models.items()}}
 
-    def client_payload(self, pid: int, server_round: int):
-        return {"arrays": Shared(group_name(self.group_of(pid)))}
+    def client_payload(self, phase: str, pid: int, server_round: int):
+        if phase == "train":
+            return {"arrays": Shared(group_name(self.group_of(pid)))}
+        group = next((g for g in self.group_models if pid in g), None)
+        if group is not None:
+            return {"arrays": Shared(group_name(group))}
+        return {"arrays": self.models[pid]} if pid in self.models else {"arrays": Shared("initial")}
 
     def reply_spec(self, pid: int, server_round: int):
         return spec_of({"arrays": self.init_state})
@@ -275,18 +284,6 @@ class HCCT(FedStrategy):
     def after_aggregate(self, server_round: int) -> None:
         """Work after every aggregation of a round (HCCT-E picks its similarity layer after round 1)."""
 
-    def eval_broadcast(self, server_round: int):
-        return {}
-
-    def eval_shared_payloads(self, server_round: int):
-        return {"initial": self.init_state, **{group_name(g): m for g, m in self.group_models.items()}}
-
-    def eval_client_payload(self, pid: int, server_round: int):
-        group = next((g for g in self.group_models if pid in g), None)
-        if group is not None:
-            return {"arrays": Shared(group_name(group))}
-        return {"arrays": self.models[pid]} if pid in self.models else {"arrays": Shared("initial")}
-
     def central_state(self) -> Tensors | None:
         """The single model when all clients form one group and the whole model is shared."""
         if len(self.groups) != 1 or self.shared_keys != list(self.global_state):
@@ -294,6 +291,7 @@ class HCCT(FedStrategy):
         return self.models[self.groups[0][0]]
 
     def extra_results(self) -> dict[str, Any]:
+        """The groups of every round (``strategies.driver.OwnHooks``)."""
         return {"hcct-groups": self.group_log}
 
 

@@ -8,7 +8,7 @@ from clients.ifca import IFCAClient
 from fedapp.core.aggregation import weighted_mean
 from fedapp.core.config import RunConfig
 from fedapp.core.experiment import model_for
-from fedapp.core.records import Shared, Tensors
+from fedapp.core.records import Payload, Shared, Tensors
 from strategies.base import FedStrategy
 from strategies.driver import Reply
 from strategies.keys import CLUSTERS, IDENTICAL_INIT
@@ -45,14 +45,25 @@ class IFCA(FedStrategy):
         """How many of the k models each client averages (FLSC: N_g)."""
         return 1
 
-    def broadcast_payload(self, server_round: int):
+    def models(self) -> Payload:
         return {f"model-{j}": m for j, m in enumerate(self.cluster_models)}
 
-    def train_config(self, pid: int, server_round: int):
-        return {**super().train_config(pid, server_round), "chosen": self.chosen()}
+    def broadcast_payload(self, phase: str, server_round: int):
+        return self.models() if phase == "train" else {}
 
-    def eval_config(self, pid: int, server_round: int):
-        return {**super().eval_config(pid, server_round), "chosen": self.chosen()}
+    def shared_payloads(self, phase: str, server_round: int):
+        return {} if phase == "train" else self.models()  # evaluation: for the clients that never trained
+
+    def client_payload(self, phase: str, pid: int, server_round: int):
+        if phase == "train":
+            return {}
+        chosen = self.choices.get(pid)
+        if chosen is None:  # never trained: let the client pick as in training
+            return {name: Shared(name) for name in self.models()}
+        return {"arrays": weighted_mean([self.cluster_models[j] for j in chosen], [1.0] * len(chosen))}
+
+    def client_config(self, phase: str, pid: int, server_round: int):
+        return {**super().client_config(phase, pid, server_round), "chosen": self.chosen()}
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> None:
         for r in replies:
@@ -63,18 +74,6 @@ class IFCA(FedStrategy):
             if members:
                 self.cluster_models[j] = self.combine([r.payload["arrays"] for r in members],
                                                       [r.num_examples for r in members])
-
-    def eval_broadcast(self, server_round: int):
-        return {}
-
-    def eval_shared_payloads(self, server_round: int):
-        return self.broadcast_payload(server_round)  # the k models, for the clients that never trained
-
-    def eval_client_payload(self, pid: int, server_round: int):
-        chosen = self.choices.get(pid)
-        if chosen is None:  # never trained: let the client pick as in training
-            return {name: Shared(name) for name in self.eval_shared_payloads(server_round)}
-        return {"arrays": weighted_mean([self.cluster_models[j] for j in chosen], [1.0] * len(chosen))}
 
     def central_state(self) -> Tensors | None:
         return None

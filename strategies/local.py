@@ -15,19 +15,17 @@ class Local(FedStrategy):
     robust_refusal = "every model stays on its client, so the server combines no updates"
 
     def train_pool(self) -> list[int]:
+        """Every client trains, new ones included (``strategies.driver.OwnHooks``)."""
         return sorted(self.clients)
 
-    def broadcast_payload(self, server_round):
-        return {}  # nothing is shared
+    def broadcast_payload(self, phase, server_round):
+        return {}  # nothing is shared, nor evaluated but on the client's own model
 
     def reply_spec(self, pid, server_round):
         return {}
 
     def aggregate(self, server_round, replies) -> None:
         """Nothing to aggregate: each model stays on its client."""
-
-    def eval_broadcast(self, server_round):
-        return {}
 
     def central_state(self) -> None:
         return None

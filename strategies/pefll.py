@@ -241,7 +241,7 @@ class PeFLL(FedStrategy):
         return {r.pid: list(r.payload["delta"].values()) for r in replies}
 
     def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]:
-        pids = self.sample(server_round)
+        pids = self.driver.round_sample("train", server_round)
         v = self.descriptors(server_round, grid, pids)
         if v:
             self.set_standardization(v[next(p for p in pids if p in v)])
@@ -298,10 +298,10 @@ class PeFLL(FedStrategy):
     def evaluate_round(self, server_round: int, grid: Grid) -> dict[str, float]:
         if not self.cfg.fraction_evaluate:
             return {}
-        pids = self.sample(server_round, sorted(self.clients), self.cfg.fraction_evaluate)
+        pids = self.driver.round_sample("evaluate", server_round)
         thetas = self.personal_models(server_round, grid, pids)
         replies = self.driver.round_trip(grid, server_round, {pid: {"theta": t} for pid, t in thetas.items()},
-                                  lambda pid: {**self.eval_config(pid, server_round), "phase": "evaluate"}, None,
+                                  lambda pid: {**self.client_config("evaluate", pid, server_round), "phase": "evaluate"}, None,
                                   MessageType.EVALUATE, "eval")
         self.save_descriptors(server_round)
         return dict(self.evaluation_metrics(replies) or {})

@@ -29,8 +29,9 @@ class PerFedAvg(FedStrategy):
     client_keys = ("beta", "finetune-epochs")
     weighted = False
 
-    def eval_config(self, pid, server_round):
-        return {**super().eval_config(pid, server_round), "lr": round_lr(self.cfg, server_round)}
+    def client_config(self, phase, pid, server_round):
+        # evaluation fine-tunes (personalises) with the round's lr, as training does
+        return {**super().client_config(phase, pid, server_round), "lr": round_lr(self.cfg, server_round)}
 
 
 ALGORITHMS = {"perfedavg": (PerFedAvg, PerFedAvgClient)}

@@ -72,7 +72,7 @@ class PFedHN(PeFLL):
         e = {p: self.embed.weight[p].detach() for p in pids if p not in self.unseen}
         if new:
             if self.cfg.algo("new-client-init") == "mean":
-                start = self.embed.weight[self.train_pool()].detach().mean(0)
+                start = self.embed.weight[self.driver.train_pool()].detach().mean(0)
                 e.update({p: start.clone() for p in new})
             else:
                 g = torch.Generator().manual_seed(self.cfg.seed * 7919 + server_round)

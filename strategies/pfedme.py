@@ -40,8 +40,9 @@ class PFedMe(FedStrategy):
         self.global_state = {k: (1 - beta) * v + beta * mean[k] if v.is_floating_point() else mean[k]
                              for k, v in self.global_state.items()}
 
-    def eval_config(self, pid, server_round):
-        return {**super().eval_config(pid, server_round), "lr": round_lr(self.cfg, server_round)}
+    def client_config(self, phase, pid, server_round):
+        # evaluation fine-tunes (personalises) with the round's lr, as training does
+        return {**super().client_config(phase, pid, server_round), "lr": round_lr(self.cfg, server_round)}
 
 
 ALGORITHMS = {"pfedme": (PFedMe, PFedMeClient)}

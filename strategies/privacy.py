@@ -4,7 +4,7 @@
 (``flwr.serverapp.strategy.DifferentialPrivacy{Server,Client}Side{Fixed,Adaptive}Clipping``) for its
 training rounds: each sampled client's update w_i - w is clipped to the L2 norm C (on the server, or
 at the client by Flower's ``fixedclipping_mod`` / ``adaptiveclipping_mod``, which fedapp's ClientApp
-applies through :func:`dp_mod` when the run asks for it), the strategy averages the clipped models
+applies through ``fedapp.core.dp_mod.dp_mod`` when the run asks for it), the strategy averages the clipped models
 uniformly, and the wrapper adds Gaussian noise of std z C / n to the mean, n the clients sampled
 (McMahan et al., "Learning Differentially Private Recurrent Language Models", ICLR 2018). Adaptive
 clipping moves C each round towards a quantile of the update norms from a noised count of the
@@ -28,12 +28,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from contextlib import AbstractContextManager
 from logging import WARNING
 from typing import Any, Protocol
 
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord
-from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
+from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import (DifferentialPrivacyClientSideAdaptiveClipping,
@@ -42,18 +40,14 @@ from flwr.serverapp.strategy import (DifferentialPrivacyClientSideAdaptiveClippi
                                      DifferentialPrivacyServerSideFixedClipping, Strategy)
 
 from fedapp.core.config import RunConfig
-from strategies.driver import Driver, RoundHooks, Spec, sample_size
+from fedapp.core.dp_mod import CLIENT_MODS, CLIPPED, dp_mod  # noqa: F401  # dp_mod: a ClientApp's, also by this name
+from strategies.driver import Driver, RoundHooks, sample_size
 
 #: ``dp`` -> Flower's wrapper
 WRAPPERS = {"server-fixed": DifferentialPrivacyServerSideFixedClipping,
             "server-adaptive": DifferentialPrivacyServerSideAdaptiveClipping,
             "client-fixed": DifferentialPrivacyClientSideFixedClipping,
             "client-adaptive": DifferentialPrivacyClientSideAdaptiveClipping}
-#: ``dp`` -> Flower's clipping mod, applied by fedapp's ClientApp (:func:`dp_mod`)
-CLIENT_MODS = {"client-fixed": fixedclipping_mod, "client-adaptive": adaptiveclipping_mod}
-
-#: reply metric :func:`dp_mod` adds once Flower's clipping mod has clipped the reply
-CLIPPED = "dp-clipped"
 UNCLIPPED = ("unclipped: the reply is not marked dp-clipped by strategies.privacy.dp_mod (fedapp's ClientApp applies it; "
              "a ClientApp of one's own lists it in its mods; a plain Flower ClientApp clips nothing)")
 
@@ -131,12 +125,8 @@ class Wrapped(RoundHooks, Protocol):
     Strategy Flower's wrapper is built around): the driver's hooks and these."""
 
     driver: Driver
-    expected: dict[str, dict[int, Spec | None]]  # the replies the last exchange expects, by partition id
     dp_wrapper: Strategy  # set by wrapper() at the first private round
 
-    def driving(self) -> AbstractContextManager[None]: ...
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]: ...
     def set_global_arrays(self, arrays: ArrayRecord, what: str = "arrays") -> None: ...
 
 
@@ -148,7 +138,7 @@ def wrapper(strategy: Wrapped) -> Strategy:
     if dp is not None:
         return dp
     cfg = strategy.cfg
-    n = sample_size(len(strategy.train_pool()), cfg.fraction_train, cfg.min_train_nodes)
+    n = sample_size(len(strategy.driver.train_pool()), cfg.fraction_train, cfg.min_train_nodes)
     cls = WRAPPERS[cfg.dp]
     if cfg.dp.endswith("fixed"):
         dp = cls(strategy, cfg.dp_noise_multiplier, cfg.dp_clipping_norm, n)
@@ -166,7 +156,7 @@ def clippable(strategy: Wrapped, replies: Iterable[Message]) -> list[Message]:
     """The replies Flower's wrapper may clip and average, read back into memory where they went to
     disk (``reply-memory-mb``): no error, from a partition addressed in this exchange, the arrays
     expected (Flower's clipping would fail on, or broadcast, others);
-    under client-side dp marked ``dp-clipped`` by :func:`dp_mod` (a plain Flower ClientApp, or a
+    under client-side dp marked ``dp-clipped`` by ``dp_mod`` (a plain Flower ClientApp, or a
     ClientApp of one's own without the mod, clips nothing). The others are dropped here with their
     reasons, as the driver drops them."""
     driver, expected = strategy.driver, strategy.expected["train"]
@@ -230,14 +220,13 @@ def private_round(strategy: Wrapped, server_round: int, grid: Grid) -> dict[str,
     epsilon spent so far."""
     dp, cfg = wrapper(strategy), strategy.cfg
     clip = dp.clipping_norm
-    with strategy.driving():
-        msgs = list(dp.configure_train(server_round, strategy.global_arrays(),
-                                       ConfigRecord(dict(strategy.base_config["train"])), grid))
-        replies = clippable(strategy, strategy.driver.exchange(grid, msgs, expected=strategy.expected["train"]))
-        if not replies:  # nothing to clip: the strategy skips the round, nothing is released
-            arrays, metrics = strategy.aggregate_train(server_round, [])
-        else:
-            arrays, metrics = dp.aggregate_train(server_round, replies)
+    msgs = list(dp.configure_train(server_round, strategy.global_arrays(),
+                                   ConfigRecord(dict(strategy.base_config["train"])), grid))
+    replies = clippable(strategy, strategy.driver.exchange(grid, msgs, expected=strategy.expected["train"]))
+    if not replies:  # nothing to clip: the strategy skips the round, nothing is released
+        arrays, metrics = strategy.aggregate_train(server_round, [])
+    else:
+        arrays, metrics = dp.aggregate_train(server_round, replies)
     row: dict[str, Any] = {**dict(metrics or {"replies": 0, "skipped": 1}), "dp-clipping-norm": clip}
     if cfg.dp.endswith("adaptive"):
         row["dp-clipping-norm-next"] = dp.clipping_norm
@@ -252,19 +241,3 @@ def private_round(strategy: Wrapped, server_round: int, grid: Grid) -> dict[str,
     if row.get("dp-epsilon") == math.inf and server_round == 1:
         log(WARNING, "dp: no noise (dp-noise-multiplier 0), so no privacy: dp-epsilon is inf")
     return row
-
-
-def dp_mod(msg: Message, context: Context, call_next) -> Message:
-    """Flower mod of fedapp's ClientApp: Flower's clipping mod of the run's client-side ``dp`` on
-    training messages (it clips the reply's update to the norm the wrapper sent), the reply marked
-    ``dp-clipped``; otherwise, and for every run without client-side dp, it passes the message
-    through untouched. A ClientApp of one's own (``fedapp.runtime.library``) lists it in its mods."""
-    if msg.metadata.message_type.split(".")[0] != MessageType.TRAIN:
-        return call_next(msg, context)
-    mod = CLIENT_MODS.get(str(context.run_config.get("dp", "none")))  # the ServerApp validated it
-    if mod is None:
-        return call_next(msg, context)
-    reply = mod(msg, context, call_next)
-    if reply.has_content():  # clipped: the server takes only replies that say so
-        reply.content["metrics"][CLIPPED] = 1
-    return reply

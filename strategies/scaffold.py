@@ -44,7 +44,9 @@ class Scaffold(FedStrategy):
         super().__init__(cfg, model, dataset)
         self.control: Tensors = self.zeros_like_params()
 
-    def broadcast_payload(self, server_round):
+    def broadcast_payload(self, phase, server_round):
+        if phase != "train":
+            return super().broadcast_payload(phase, server_round)
         return {"arrays": self.global_state, "control": self.control}
 
     def reply_spec(self, pid, server_round):
@@ -57,7 +59,7 @@ class Scaffold(FedStrategy):
         self.global_state = {k: (old[k] + eta * (y - old[k])) if y.is_floating_point() else y
                              for k, y in self.global_state.items()}
         self.control = updated_control(self.control, [r.payload["control-delta"] for r in replies],
-                                       len(self.train_pool()), None if self.cfg.aggregation == "mean" else self.combine)
+                                       len(self.driver.train_pool()), None if self.cfg.aggregation == "mean" else self.combine)
 
 
 ALGORITHMS = {"scaffold": (Scaffold, ScaffoldClient)}

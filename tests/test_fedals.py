@@ -68,7 +68,7 @@ def test_table2_parameters_per_client_resnet20_cifar10(alpha, billions):
     grid = InProcessGrid(client, N, {})
     strategy.driver.discover(grid)
     for rnd in range(1, 2 * alpha + 2):
-        assert strategy.fit_round(rnd, grid)["replies"] == N
+        assert strategy.driver.train_round(rnd, grid)["replies"] == N
     assert all(counts[r] == counts[r + alpha] for r in range(2, alpha + 2))
     rounds = ITERATIONS // TAU
     total = counts[1] + sum(counts[2 + (r - 2) % alpha] for r in range(2, rounds + 1))
@@ -111,7 +111,7 @@ def test_bodies_diverge_between_syncs_and_coincide_after_one(small_config, monke
     bodies_3 = state_of(grid, "body")  # each client's own body after the body-averaging round 3
     assert set(state_of(grid, "momentum")[0]) == {k for k, _ in strategy.model.named_parameters()}
     strategy.cfg = strategy.cfg.replace(num_server_rounds=4)
-    strategy.fit_round(4, grid)
+    strategy.driver.train_round(4, grid)
     body, head = strategy.body_keys, strategy.head_keys
     w = "fc1.weight"
     assert w in body and head == ["fc.weight", "fc.bias"]
@@ -152,10 +152,10 @@ def test_unsampled_client_keeps_its_body(small_config):
     grid = InProcessGrid(app, 4, run_config)
     strategy = run_local(run_config, grid=grid)
     before = state_of(grid, "body")
-    sampled = set(strategy.sample(3))
+    sampled = set(strategy.driver.round_sample("train", 3))
     strategy.rng = np.random.default_rng([strategy.cfg.seed, 7])  # replay the draws of rounds 1-2
-    strategy.sample(1), strategy.sample(2)
-    strategy.fit_round(3, grid)
+    strategy.driver.round_sample("train", 1), strategy.driver.round_sample("train", 2)
+    strategy.driver.train_round(3, grid)
     after = state_of(grid, "body")
     assert set(before) - sampled and set(before) & sampled  # both cases occur
     for pid in before:
@@ -376,7 +376,7 @@ def test_matches_authors_fedals_code():
         for rnd in range(max(rounds) + 1):
             replies, server_round = [], rnd + alpha
             for k in range(n):
-                config = {**strategy.train_config(k, server_round), "server-round": server_round,
+                config = {**strategy.client_config("train", k, server_round), "server-round": server_round,
                           "local-steps": 1 if rnd == 0 else tau}
                 client = FedALSClient(cfg, build_model("resnet20", (3, 32, 32), 10), data[k], states[k])
                 payload, metrics = client.fit(strategy.train_payload(k, server_round), config)

@@ -56,12 +56,12 @@ def run_fedapp(strategy_name: str, extra: dict) -> list[np.ndarray]:
     models = []
     for rnd in range(1, S["rounds"] + 1):
         replies = []
-        for pid in strategy.sample(rnd):
+        for pid in strategy.driver.round_sample("train", rnd):
             cdata = ClientData(pid, torch.from_numpy(x[pid]), torch.from_numpy(y[pid]), torch.zeros(0, *S["shape"]),
                                torch.zeros(0, dtype=torch.int64), S["classes"], (), (), False)
             client = spec.client(cfg, model(), cdata, state=states.get(pid))
             payload, metrics = client.fit(strategy.train_payload(pid, rnd),
-                                          {**strategy.train_config(pid, rnd), "server-round": rnd})
+                                          {**strategy.client_config("train", pid, rnd), "server-round": rnd})
             states[pid] = client.state
             replies.append(Reply(pid, payload, metrics))
         strategy.aggregate(rnd, replies)
@@ -93,7 +93,7 @@ def test_simulator_samples_a_random_number_of_clients_fedapp_a_fixed_one():
     strategy = get("fedavg").strategy(parse_run_config({"num-clients": 100, "fraction-train": 0.1, "seed": 20}),
                                       MLP((2,), 2))
     strategy.clients = {pid: ClientInfo(pid, 1, 0, False) for pid in range(100)}
-    assert [len(strategy.sample(r)) for r in range(1, 5)] == [10, 10, 10, 10]
+    assert [len(strategy.driver.round_sample("train", r)) for r in range(1, 5)] == [10, 10, 10, 10]
 
 
 @pytest.mark.parametrize("rule, partitioner", [

@@ -37,7 +37,7 @@ def run_ours(alpha: float, first_round: str = "global") -> list[dict]:
     for rnd in range(1, cfg.num_server_rounds + 1):  # fit_round without the message exchange
         strategy.groups = strategy.partition(rnd, sorted(clients))
         strategy.starts = {g: strategy.group_start(g) for g in strategy.groups}
-        replies = [Reply(pid, *c.fit(strategy.train_payload(pid, rnd), {**strategy.train_config(pid, rnd), "server-round": rnd}))
+        replies = [Reply(pid, *c.fit(strategy.train_payload(pid, rnd), {**strategy.client_config("train", pid, rnd), "server-round": rnd}))
                    for pid, c in clients.items()]
         strategy.aggregate(rnd, replies)
         epochs.append({"groups": sorted(list(g) for g in strategy.groups), "models": dict(strategy.models)})

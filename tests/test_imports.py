@@ -5,6 +5,7 @@ import circles; each module imports on its own; no client module imports a serve
 
 import ast
 import importlib
+import subprocess
 import sys
 from pathlib import Path
 
@@ -168,3 +169,20 @@ def test_each_module_imports_on_its_own():
         for m in [m for m in sys.modules if ours(m)]:
             del sys.modules[m]
         sys.modules.update(saved)
+
+
+def loaded_after(statement: str) -> set[str]:
+    """The modules a fresh interpreter holds after ``statement``."""
+    out = subprocess.run([sys.executable, "-c", f"{statement}\nimport sys\nprint(' '.join(sys.modules))"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    return set(out.split())
+
+
+def test_client_app_imports_no_server_module():
+    """A ClientApp process (every simulated client, every site) imports no strategy: the client side
+    of client-side dp is ``fedapp.core.dp_mod``. Flower's own ``import flwr`` loads ``flwr.serverapp``,
+    so what is checked of it is that fedapp's ClientApp adds none of its modules."""
+    client = loaded_after("import fedapp.runtime.client_app")
+    assert sorted(m for m in client if m.split(".")[0] == "strategies") == []
+    server = {m for m in client if m == "flwr.serverapp" or m.startswith("flwr.serverapp.")}
+    assert server == {m for m in loaded_after("import flwr") if m == "flwr.serverapp" or m.startswith("flwr.serverapp.")}

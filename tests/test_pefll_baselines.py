@@ -114,9 +114,9 @@ def test_fedrep_epochs_as_the_pefll_paper_runs_it():
     data = ClientData(0, torch.zeros(10, 60), torch.zeros(10, dtype=torch.long), torch.zeros(2, 60),
                       torch.zeros(2, dtype=torch.long), 10, (), (), False)
     client = FedRepClient(cfg, model_for(cfg), data)
-    client.config = strategy.train_config(0, 1)
+    client.config = strategy.client_config("train", 0, 1)
     assert client.head_steps() == 5 * 3  # 10 examples in batches of 4: 3 a pass
-    client.config = strategy.eval_config(0, 1)
+    client.config = strategy.client_config("evaluate", 0, 1)
     assert client.head_steps() == 20 * 3
     client.config = {"head-steps": 7, "head-epochs": 0}
     assert client.head_steps() == 7
@@ -244,7 +244,7 @@ def test_matches_fl_bench(name):
         strategy.aggregate(1, replies)
         assert_params(strategy.global_state, g["global"])
         cfg, c, config = golden_client(name, PerFedAvgClient, PerFedAvg, 0)
-        c.evaluate({"arrays": golden_tensors(g["global"])}, {**strategy.eval_config(0, 1), "server-round": 1})
+        c.evaluate({"arrays": golden_tensors(g["global"])}, {**strategy.client_config("evaluate", 0, 1), "server-round": 1})
         assert_params(c.model.state_dict(), g["finetuned"])
     elif name == "pfedme":  # w replied, theta kept; the server's beta-mix of the n_i-weighted mean
         g = FLB["pfedme"]
@@ -294,7 +294,7 @@ def test_perfedavg_fine_tunes_every_client_and_averages_unweighted(image_config)
         torch.testing.assert_close(strategy.global_state[k], v)
     # evaluation: the global model fine-tuned one epoch on the client's data, seen or new, nothing kept
     c = PerFedAvgClient(cfg, model_for(cfg), client_data(cfg, min(strategy.unseen)))
-    config = {**strategy.eval_config(0, 1), "server-round": 1}
+    config = {**strategy.client_config("evaluate", 0, 1), "server-round": 1}
     _, metrics = c.evaluate({"arrays": strategy.global_state}, config)
     assert not torch.equal(c.model.state_dict()["fc.weight"], strategy.global_state["fc.weight"])
     assert c.state == {} and all("state.model" not in ctx.state.array_records for ctx in grid.contexts.values())
@@ -323,7 +323,7 @@ def test_pfedme_keeps_theta_mixes_w_and_fits_new_clients(image_config):  # noqa:
     assert all("state.personal" not in grid.contexts[101 + p].state.array_records for p in strategy.unseen)
     pid = min(strategy.unseen)  # a new client fits theta at evaluation: not the global model's accuracy
     c = PFedMeClient(cfg, model_for(cfg), client_data(cfg, pid))
-    c.evaluate({"arrays": strategy.global_state}, {**strategy.eval_config(pid, 1), "server-round": 1})
+    c.evaluate({"arrays": strategy.global_state}, {**strategy.client_config("evaluate", pid, 1), "server-round": 1})
     assert not torch.equal(c.model.state_dict()["fc.weight"], strategy.global_state["fc.weight"])
 
 

@@ -21,6 +21,7 @@ from clients.pefll import PeFLLClient
 from fedapp.core.experiment import ClientData
 from fedapp.runtime.inprocess import run_local
 from simulations.pefll.authors_golden import CLASSES, client_tensors, init_value
+from strategies.driver import Driver
 from strategies.pefll import PeFLL
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "pefll_authors_golden.json").read_text())
@@ -66,7 +67,7 @@ def golden_run(tmp_path, monkeypatch):
 
     monkeypatch.setattr(PeFLLClient, "descriptor_batch", lambda self, rnd, size: torch.tensor(queue[self.data.pid].pop(0)))
     monkeypatch.setattr(PeFLLClient, "loader", lambda self, seed: Loader(self))
-    monkeypatch.setattr(PeFLL, "sample", lambda self, rnd, pool=None, fraction=None: GOLDEN["sampled"][rnd - 1])
+    monkeypatch.setattr(Driver, "round_sample", lambda self, phase, rnd: GOLDEN["sampled"][rnd - 1])
 
     real_init, real_fit = PeFLL.__init__, PeFLL.fit_round
     snapshots, inputs = [], []

@@ -32,7 +32,7 @@ def honest_accuracy(strategy, grid, bad) -> float:
     """The final model(s) evaluated again with the attackers offline: accuracy over the honest
     clients (the global test set when there is one model, else their local test splits)."""
     grid.offline = {101 + pid for pid in bad}
-    row = strategy.evaluate_round(strategy.cfg.num_server_rounds, grid)
+    row = strategy.driver.evaluate_round(strategy.cfg.num_server_rounds, grid)
     return row["central-accuracy"] if "central-accuracy" in row else row["fed-accuracy"]
 
 

@@ -57,7 +57,7 @@ def test_fedals_scaffold_shares_body_and_control_variates(config, conversions):
     strategy = strategy_with_clients({**config("fedals"), "strategy": "fedals-scaffold"}, 3)
     strategy.client_body[2] = strategy.body_round  # client 2 holds the current body: head and c_h only
     contents = strategy.train_contents(1)
-    shared = strategy.shared_payloads(1)
+    shared = strategy.shared_payloads("train", 1)
     assert len(conversions) == 3 and all(any(t is s for s in shared.values()) for t in conversions)
     assert contents[0]["body"] is contents[1]["body"] and contents[0]["control"] is contents[1]["control"]
     assert "body" not in contents[2]

@@ -38,12 +38,12 @@ from flwr.clientapp import ClientApp
 
 from fedapp.runtime import registry
 from fedapp.core.config import RunConfig
+from fedapp.core.dp_mod import dp_mod
 from fedapp.runtime.registry import parse_run_config
 from fedapp.core.experiment import ClientData, client_data, device_of, model_for
 from fedapp.runtime.faults import fault_mod
-from strategies.privacy import dp_mod
+from fedapp.core.files import atomic_write
 from fedapp.core.records import Payload, from_record, make_content, payload_of
-from fedapp.runtime.results import atomic_write
 from fedapp.runtime.watchdog import superlink_watchdog_mod
 
 # Ray starts its workers at nice 15 (RAY_worker_niceness): beside any other busy process the

@@ -20,6 +20,7 @@ from flwr.common import log
 from fedapp.runtime import checkpoint
 from fedapp.core.config import RunConfig
 from fedapp.core.files import atomic_write
+from strategies.driver import own_hook
 
 
 def run_name(cfg: RunConfig) -> str:
@@ -109,7 +110,7 @@ class ResultsWriter:
         self.rows.append(row)
         if strategy is not None:  # run-key: the name of this run's client state files at the sites
             self.extra = {"run-key": strategy.run_key,
-                          **(strategy.extra_results() if hasattr(strategy, "extra_results") else {})}
+                          **(extra() if (extra := own_hook(strategy, "extra_results")) else {})}
         if self.tensorboard is not None:
             for key, value in row.items():
                 if isinstance(value, (int, float)) and key != "round":

@@ -53,13 +53,13 @@ def main() -> None:
         model = model_for(cfg, data)
         strategy = spec.strategy(cfg, model)
         payload = strategy.train_payload(a.pid, 1)
-        train_config = {**strategy.train_config(a.pid, 1), "server-round": 1}
-        eval_config = {**strategy.eval_config(a.pid, 1), "server-round": 1}
+        train_config = {**strategy.client_config("train", a.pid, 1), "server-round": 1}
+        eval_config = {**strategy.client_config("evaluate", a.pid, 1), "server-round": 1}
         train, evaluate = [], []
         for _ in range(a.repeats + 1):  # the first repeat warms the caches
             client = spec.client(cfg, model_for(cfg, data), data)
             train.append(cpu_seconds(lambda: client.fit(payload, train_config)))
-            evaluate.append(cpu_seconds(lambda: client.evaluate(strategy.eval_broadcast(1), eval_config)))
+            evaluate.append(cpu_seconds(lambda: client.evaluate(strategy.broadcast_payload("evaluate", 1), eval_config)))
         rows[name] = {"train": statistics.median(train[1:]), "evaluate": statistics.median(evaluate[1:])}
     base = rows["fedavg"]
     for name, r in rows.items():

@@ -78,7 +78,7 @@ def floor_plan(cfg: dict, rounds: int) -> list[list[int]]:
     strategy = build_strategy(parse_run_config(cfg))
     # as discovery finds them: every partition connected
     strategy.clients = {pid: ClientInfo(pid, 0, 0, pid in strategy.unseen) for pid in range(cfg["num-clients"])}
-    return [strategy.sample(r) for r in range(1, rounds + 1)]
+    return [strategy.driver.round_sample("train", r) for r in range(1, rounds + 1)]
 
 
 def local_steps(cfg: dict) -> int:
