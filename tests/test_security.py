@@ -81,7 +81,7 @@ def test_each_robust_option_contains_scaled_updates_without_the_screen(option, c
 
 @pytest.mark.parametrize("name", strategies("fedavg", "scaffold"))
 def test_the_screen_leaves_honest_runs_bit_identical(name, config):
-    """The norm screen drops no honest reply here; the direction screen drops one of FedAvg's (round 2,
+    """The norm bound clips no honest reply here; the direction screen drops one of FedAvg's (round 2,
     cosine -0.01 on these natural clients: docs/reliability.md), so it is left off."""
     screened = run(config(name, **{"screen-direction": False}))[0]
     plain = run(config(name, **PLAIN))[0]
