@@ -45,8 +45,8 @@ ROUNDS = {"hcct": 2, "pefll": 3}
 PERSONAL = ("hcct", "pefll")
 STRATEGIES = ("fedavg", "scaffold", "fedsmoo", "fedals", "hcct", "pefll")
 ATTACKS = ("negate", "sign-flip", "noise", "scale", "alie")
-#: robust options, each on its own: "default" is the run config's default (the norm screen at 3 times
-#: the lower median and the direction screen), "none" the plain mean (the papers' setting). The trim
+#: robust options, each on its own: "default" is the run config's default (the norm bound, a clip at 3
+#: times the lower median, and the direction screen), "none" the plain mean (the papers' setting). The trim
 #: fraction 0.4 and Multi-Krum's f (the true attacker count) and m = n - f (set per fraction below)
 #: were set before any run.
 PLAIN = {"screen-factor": 0.0, "screen-direction": False}
@@ -138,8 +138,8 @@ def table(setting: dict, results_dir: str, strategies=STRATEGIES, attacks=ATTACK
                                     "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
                     else:
                         acc = accuracy(run, bad)
-                        row.update({"accuracy": acc, "clean": base,
-                                    "drop": None if acc is None or base is None else round(base - acc, 4), **counts(run)})
+                        drop = None if acc is None or base is None else round(base - acc, 4)
+                        row.update({"accuracy": acc, "clean": base, "drop": drop, **counts(run)})
                     row["seconds"] = round(time.time() - t0, 1)
                     rows.append(row)
                     if out is not None:

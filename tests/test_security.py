@@ -43,10 +43,11 @@ def finite(strategy) -> bool:
 @pytest.mark.parametrize("name", strategies("fedavg", "scaffold", "fedsmoo", "fedals", "hcct", "pefll", *BASELINES))
 def test_scaled_updates_are_contained(name, config):
     """30% of the clients send their updates times 1e30: the default norm bound clips exactly those
-    replies to 3 times the lower median (or, where 1e30 u overflows, validation drops them as
-    non-finite; the direction screen, where u points against the median update). A clipped reply is the attacker's own update at 3 medians, which here, 2 rounds from
-    the start, speeds training up: every strategy but HCCT ends at or above the run with the
-    attackers offline; HCCT ends 10.9 points below it (its groups formed with the longer updates)."""
+    replies to 3 times the lower median (where 1e30 u overflows, validation drops them as
+    non-finite; where u points against the median update, the direction screen does). A clipped
+    reply is the attacker's own update at 3 medians, which here, 2 rounds from the start, speeds
+    training up: every strategy but HCCT ends at or above the run with the attackers offline; HCCT
+    ends 10.9 points below it."""
     attacked = config(name, **{"fault-fraction": 0.3, "fault-kind": "scale"})
     bad = faulty_partitions(parse_run_config(attacked))
     if name not in _reference:
@@ -58,7 +59,8 @@ def test_scaled_updates_are_contained(name, config):
     assert honest_accuracy(strategy, grid, bad) >= honest_accuracy(ref, ref_grid, bad) - below
     for row in strategy.history[1:]:
         # an attacker's 1e30 u that points against the median update is dropped instead
-        caught = row["clipped-replies"] + sum(row["dropped-reasons"].get(k, 0) for k in ("non-finite", "against-median"))
+        caught = row["clipped-replies"] + sum(row["dropped-reasons"].get(k, 0)
+                                              for k in ("non-finite", "against-median"))
         assert caught >= 3, row
 
 
