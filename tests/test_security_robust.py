@@ -200,8 +200,9 @@ def test_the_default_leaves_honest_runs_alone_and_the_attack_is_real(tmp_path):
     assert ruined is None or attacks.accuracy(clean) - ruined > 0.2
 
 
-def test_attack_table_runs_at_the_ci_scale(tmp_path):
-    """The attack table's script at the CI scale: its rows, and drop = clean accuracy - accuracy."""
+def test_attack_table_runs_at_the_ci_scale(tmp_path, monkeypatch):
+    """The attack table's script at the CI scale: its rows, drop = clean accuracy - accuracy; the same
+    call again resumes from its JSON, running only the runs without attackers."""
     setting = {**attacks.SMALL, "num-server-rounds": 2}
     out = tmp_path / "attacks.json"
     rows = attacks.table(setting, str(tmp_path / "runs"), ["scaffold"], ["sign-flip"], ["default", "median"], [0.6], out)
@@ -209,6 +210,11 @@ def test_attack_table_runs_at_the_ci_scale(tmp_path):
         ("none", None, 0.0), ("default", None, 0.0), ("default", "sign-flip", 0.6), ("median", "sign-flip", 0.6)]
     assert all(r["drop"] == round(rows[1]["accuracy"] - r["accuracy"], 4) for r in rows[2:])
     assert json.loads(out.read_text())["rows"] == rows
+    runs = []
+    monkeypatch.setattr(attacks, "run_local", lambda cfg: runs.append(cfg["fault-fraction"]) or run_local(cfg))
+    assert attacks.table(setting, str(tmp_path / "runs"), ["scaffold"], ["sign-flip"], ["default", "median"],
+                         [0.6], out) == rows
+    assert runs == [0.0, 0.0]
 
 
 def test_attack_table_measures_pefll_on_its_honest_clients_own_models(tmp_path):
