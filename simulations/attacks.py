@@ -5,8 +5,8 @@ same strategy's run without attackers.
     OMP_NUM_THREADS=1 PYTHONPATH=. python simulations/attacks.py --out attacks.json --results-dir OUT
 
 Every run is in process (``fedapp.runtime.inprocess``), one after the other, single-threaded; the JSON is
-rewritten after each run, so a stopped sweep keeps what it measured. ``--small`` is the CI scale
-(synthetic data, a few rounds; ``tests/test_security_robust.py``).
+rewritten after each run, so a stopped sweep keeps what it measured, and the same command resumes it.
+``--small`` is the CI scale (synthetic data, a few rounds; ``tests/test_security_robust.py``).
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ ROUNDS = {"hcct": 2, "pefll": 3}
 PERSONAL = ("hcct", "pefll")
 STRATEGIES = ("fedavg", "scaffold", "fedsmoo", "fedals", "hcct", "pefll")
 ATTACKS = ("negate", "sign-flip", "noise", "scale", "alie")
-#: robust options, each on its own: "default" is the run config's default (the norm screen at 3 times
-#: the lower median and the direction screen), "none" the plain mean (the papers' setting). The trim
+#: robust options, each on its own: "default" is the run config's default (the norm bound, a clip at 3
+#: times the lower median, and the direction screen), "none" the plain mean (the papers' setting). The trim
 #: fraction 0.4 and Multi-Krum's f (the true attacker count) and m = n - f (set per fraction below)
 #: were set before any run.
 PLAIN = {"screen-factor": 0.0, "screen-direction": False}
@@ -101,7 +101,15 @@ def table(setting: dict, results_dir: str, strategies=STRATEGIES, attacks=ATTACK
     """One row per (strategy, option, attack, fraction), plus each strategy's runs without attackers
     (attack None) with the plain mean and with the default options; ``clean`` is the latter's accuracy
     over the row's honest clients (the global test set where there is one model), ``drop`` it less
-    the row's accuracy over the same clients."""
+    the row's accuracy over the same clients; ``dropped`` and ``clipped`` count the run's dropped and
+    clipped replies, ``error`` is the first line of a run that raised. An ``out`` of the same setting
+    from a stopped sweep is resumed: its attacked rows are kept and not run again (the runs without
+    attackers are, as the rows' ``clean`` needs their clients' accuracies)."""
+    done: dict[tuple, dict] = {}
+    if out is not None and out.exists():
+        old = json.loads(out.read_text())
+        if old.get("setting") == setting:
+            done = {(r["strategy"], r["option"], r["attack"], r["attackers"]): r for r in old["rows"] if r["attack"]}
     rows: list[dict] = []
     clean: dict[tuple[str, str], object] = {}  # the runs without attackers
     for fraction in fractions:  # every strategy at one fraction before the next fraction
@@ -111,23 +119,41 @@ def table(setting: dict, results_dir: str, strategies=STRATEGIES, attacks=ATTACK
                     clean[strategy, option] = run_local({**run_config(setting, strategy, option, None, 0.0),
                                                          "results-dir": results_dir})
                     rows.append({"strategy": strategy, "option": option, "attack": None, "attackers": 0.0,
-                                 "accuracy": accuracy(clean[strategy, option])})
+                                 "accuracy": accuracy(clean[strategy, option]), **counts(clean[strategy, option])})
             for attack in attacks:
                 cfg = run_config(setting, strategy, "default", attack, fraction)
                 bad = faulty_partitions(parse_run_config(cfg))
                 base = accuracy(clean[strategy, "default"], bad)  # over the same honest clients
                 for option in options:
+                    if (strategy, option, attack, fraction) in done:
+                        rows.append(done[strategy, option, attack, fraction])
+                        continue
                     t0 = time.time()
-                    acc = accuracy(run_local({**run_config(setting, strategy, option, attack, fraction),
-                                              "results-dir": results_dir}), bad)
-                    rows.append({"strategy": strategy, "option": option, "attack": attack, "attackers": fraction,
-                                 "accuracy": acc, "clean": base,
-                                 "drop": None if acc is None or base is None else round(base - acc, 4),
-                                 "seconds": round(time.time() - t0, 1)})
+                    row = {"strategy": strategy, "option": option, "attack": attack, "attackers": fraction}
+                    try:
+                        run = run_local({**run_config(setting, strategy, option, attack, fraction),
+                                         "results-dir": results_dir})
+                    except Exception as exc:  # a run that cannot go on (no valid reply) is a row too
+                        row.update({"accuracy": None, "clean": base, "drop": None,
+                                    "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
+                    else:
+                        acc = accuracy(run, bad)
+                        drop = None if acc is None or base is None else round(base - acc, 4)
+                        row.update({"accuracy": acc, "clean": base, "drop": drop, **counts(run)})
+                    row["seconds"] = round(time.time() - t0, 1)
+                    rows.append(row)
                     if out is not None:
                         out.write_text(json.dumps({"setting": setting, "rows": rows}, indent=1) + "\n")
                     print(rows[-1], flush=True)
+    if out is not None:
+        out.write_text(json.dumps({"setting": setting, "rows": rows}, indent=1) + "\n")
     return rows
+
+
+def counts(strategy) -> dict[str, int]:
+    """The run's dropped and clipped replies over all its rounds."""
+    return {"dropped": sum(r.get("dropped-replies", 0) for r in strategy.history),
+            "clipped": sum(r.get("clipped-replies", 0) for r in strategy.history)}
 
 
 def main() -> None:

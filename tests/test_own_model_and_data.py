@@ -46,9 +46,7 @@ def example_config(tmp_path, **extra) -> dict:
 
 SETTINGS = {"fedavg": {}, "fedprox": {"fedprox.proximal-mu": 0.01}, "scaffold": {},
             "fedsmoo": {"fedsmoo.rho": 0.05}, "fedals": {"fedals.alpha": 2},
-            # the plain mean: under the default screens site 2, whose personal updates are 6-8x the
-            # others' norm, is dropped every round and PeFLL falls to 0.125 by round 4 (docs/reliability.md)
-            "pefll": {"pefll.k": 10, "pefll.beta": 0.1, "screen-factor": 0.0, "screen-direction": False}}
+            "pefll": {"pefll.k": 10, "pefll.beta": 0.1}}
 
 
 @pytest.mark.parametrize("strategy, via", [(s, "in process") for s in SETTINGS] + [("fedavg", "flwr run")])
@@ -76,6 +74,21 @@ def test_own_model_and_csv_data(tmp_path, monkeypatch, strategy, via):
         assert rows[-1]["fed-accuracy"] >= rows[1]["fed-accuracy"]
     else:  # the three kinds are well apart: from chance to nearly all right in four rounds
         assert rows[0]["central-accuracy"] < 0.6 and rows[-1]["central-accuracy"] >= 0.9
+
+
+def test_default_keeps_heterogeneous_honest_sites(tmp_path):
+    """PeFLL on the plants table under the default defence: site 2's personal updates are several
+    times the others' norm, so the norm bound clips them (rounds 1 and 2) instead of dropping the
+    site; no reply is dropped and every round's accuracy equals the plain mean's."""
+    cfg = example_config(tmp_path, strategy="pefll", **SETTINGS["pefll"])
+    default = run_local(cfg)
+    plain = run_local({**cfg, "run-name": "plain", "screen-factor": 0.0, "screen-direction": False})
+    assert [r["replies"] for r in default.history[1:]] == [4] * 4
+    assert [r["dropped-replies"] for r in default.history[1:]] == [0] * 4
+    assert [r["clipped-replies"] for r in default.history[1:]] == [1, 1, 0, 0]
+    assert [r["clipped-replies"] for r in plain.history[1:]] == [0] * 4
+    assert [r["fed-accuracy"] for r in default.history[1:]] == [r["fed-accuracy"] for r in plain.history[1:]]
+    assert default.history[-1]["fed-accuracy"] == 1.0
 
 
 def test_table_features_are_encoded_with_the_training_split(tmp_path):

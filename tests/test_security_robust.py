@@ -125,21 +125,46 @@ def clean_accuracy(tmp_path) -> float:
     return _clean["fedavg"]
 
 
-@pytest.mark.parametrize("attack", attacks.ATTACKS)
+#: what the default does to the 3 attackers' replies in each of the 4 rounds: dropped by the direction
+#: screen (-10x, sign flip: they point against the median update), clipped to 3 lower medians (noise
+#: of the model's norm and 1e30 u point with it), or neither ("a little is enough" stays within both)
+CAUGHT = {"negate": (12, 0), "sign-flip": (12, 0), "noise": (0, 12), "scale": (0, 12), "alie": (0, 0)}
+
+
+@pytest.mark.parametrize("attack", [pytest.param("noise", marks=pytest.mark.xfail(
+    strict=True, reason="clipped noise costs FedAvg 5.4 points here (docs/reliability.md, the attack table)"))
+    if a == "noise" else a for a in attacks.ATTACKS])
 def test_default_contains_30pct_attackers(attack, tmp_path):
     """FedAvg on 10 IID synthetic clients, 4 rounds of 5 steps: with 3 attackers, the default options
-    (no attacker count given) end within 5 points of the run without attackers."""
-    got = attacks.accuracy(run_local(small(tmp_path, attack=attack, fraction=0.3)))
+    (no attacker count given) drop or clip exactly the attackers' replies and end within 5 points of
+    the run without attackers; not under noise of the model's norm, which the clip lets in at 3 medians."""
+    strategy = run_local(small(tmp_path, attack=attack, fraction=0.3))
+    assert attacks.counts(strategy) == dict(zip(("dropped", "clipped"), CAUGHT[attack]))
+    got = attacks.accuracy(strategy)
     assert got is not None and clean_accuracy(tmp_path) - got <= 0.05
 
 
 def test_default_keeps_honest_runs_within_half_a_point(tmp_path):
-    """Without attackers the default screens drop no honest reply on the CI setting (FedAvg, seed 0),
-    so the run ends within 0.5 points of the plain mean's (here: equal)."""
+    """Without attackers the default drops and clips no honest reply on the CI setting (FedAvg,
+    seed 0), so the run ends within 0.5 points of the plain mean's (here: equal)."""
     plain = attacks.accuracy(run_local(small(tmp_path / "plain", option="none")))
     default = run_local(small(tmp_path / "default"))
-    assert sum(r.get("dropped-replies", 0) for r in default.history) == 0
+    assert attacks.counts(default) == {"dropped": 0, "clipped": 0}
     assert abs(attacks.accuracy(default) - plain) <= 0.005
+
+
+def test_the_norm_screen_clips_to_three_medians(tmp_path):
+    """The default norm bound: of update norms 0.5, 1 and 5 (lower median 1), the longest is scaled
+    down to 3 against what was sent and counted as clipped; none is dropped."""
+    strategy = build_strategy(parse_run_config(small(tmp_path)))
+    strategy.clients = {p: ClientInfo(101 + p, 10, 2, False) for p in range(3)}
+    strategy.driver.sent = dict.fromkeys(range(3), {"arrays": {"w": torch.tensor([1.0, 1.0])}})
+    ups = ([3.0, 4.0], [0.6, 0.8], [0.5, 0.0])
+    out = strategy.driver.robust([Reply(p, {"arrays": {"w": 1.0 + torch.tensor(u)}}, {}) for p, u in enumerate(ups)])
+    assert [r.pid for r in out] == [0, 1, 2]
+    assert torch.allclose(out[0].payload["arrays"]["w"], torch.tensor([2.8, 3.4]))  # 1 + 3 (3, 4) / 5
+    assert torch.equal(out[1].payload["arrays"]["w"], 1.0 + torch.tensor([0.6, 0.8]))
+    assert (strategy.driver.clipped, sum(strategy.driver.dropped.values())) == (1, 0)
 
 
 def test_the_direction_screen_drops_sign_flips(tmp_path):
@@ -175,8 +200,9 @@ def test_the_default_leaves_honest_runs_alone_and_the_attack_is_real(tmp_path):
     assert ruined is None or attacks.accuracy(clean) - ruined > 0.2
 
 
-def test_attack_table_runs_at_the_ci_scale(tmp_path):
-    """The attack table's script at the CI scale: its rows, and drop = clean accuracy - accuracy."""
+def test_attack_table_runs_at_the_ci_scale(tmp_path, monkeypatch):
+    """The attack table's script at the CI scale: its rows, drop = clean accuracy - accuracy; the same
+    call again resumes from its JSON, running only the runs without attackers."""
     setting = {**attacks.SMALL, "num-server-rounds": 2}
     out = tmp_path / "attacks.json"
     rows = attacks.table(setting, str(tmp_path / "runs"), ["scaffold"], ["sign-flip"], ["default", "median"], [0.6], out)
@@ -184,6 +210,11 @@ def test_attack_table_runs_at_the_ci_scale(tmp_path):
         ("none", None, 0.0), ("default", None, 0.0), ("default", "sign-flip", 0.6), ("median", "sign-flip", 0.6)]
     assert all(r["drop"] == round(rows[1]["accuracy"] - r["accuracy"], 4) for r in rows[2:])
     assert json.loads(out.read_text())["rows"] == rows
+    runs = []
+    monkeypatch.setattr(attacks, "run_local", lambda cfg: runs.append(cfg["fault-fraction"]) or run_local(cfg))
+    assert attacks.table(setting, str(tmp_path / "runs"), ["scaffold"], ["sign-flip"], ["default", "median"],
+                         [0.6], out) == rows
+    assert runs == [0.0, 0.0]
 
 
 def test_attack_table_measures_pefll_on_its_honest_clients_own_models(tmp_path):

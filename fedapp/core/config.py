@@ -208,8 +208,9 @@ COMMON_KEYS: tuple[Key, ...] = (
         ("raise", "stall", "wrong-shape", "nan", "inf", "scale", "negate", "sign-flip", "noise", "alie",
          "num-examples")),
     # robust aggregation (strategies/base.py): what a poisoned reply can do to the model
-    Key("screen-factor", float, 3.0, "Drop a training reply whose update norm exceeds this many times the "
-        "exchange's median (0: off; the papers' settings: 0).", low=0.0),
+    Key("screen-factor", float, 3.0, "Scale a training reply whose update norm exceeds this many times the "
+        "exchange's lower median down to that bound (3 replies or more; counted in clipped-replies; 0: off; "
+        "the papers' settings: 0).", low=0.0),
     Key("screen-direction", bool, True, "Drop a training reply whose model update points away from the "
         "coordinate-wise median update of the replies sent the same model (cosine <= 0; 3 replies or more). "
         "It can drop honest clients of very heterogeneous data (the papers' settings: false)."),
