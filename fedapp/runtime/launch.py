@@ -312,8 +312,6 @@ def run_config_overrides(run_config: str | list[str]) -> dict:
     ``a.b``) and ``k=v`` pairs, later ones winning, so a file can be combined with overrides:
     ``--run-config "paper.toml num-server-rounds=5"``. Each file and each pair is read by Flower's
     own parser (`flwr run` takes a file or pairs, not both)."""
-    import click
-
     from fedapp.core.compat import parse_config_args
 
     values: dict = {}
@@ -327,7 +325,7 @@ def run_config_overrides(run_config: str | list[str]) -> dict:
                 values.update(parse_config_args([m.group(0)]))
             except ValueError as err:  # a file that is not TOML
                 raise ConfigError(f"--run-config: cannot read {m.group(0)!r}: {err}") from None
-            except click.ClickException:  # Flower's parser: a value that is not TOML
+            except Exception:  # Flower's parser raises click's ClickException for a value that is not TOML
                 raise ConfigError(f"--run-config: cannot read {m.group(0)!r}: the value must be a TOML "
                                   "bool, number or quoted string, e.g. strategy='fedprox'") from None
         if rest.strip():
