@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from clients.base import FedClient
+from clients.keys import ALPHA, DECAY_IN_MIX, LR_DECAY, Settings
 from fedapp.core.records import Payload, Tensors
 
 
@@ -41,3 +42,9 @@ class FedCMClient(FedClient):
         with torch.no_grad():
             for k, p in self.params.items():
                 p.grad.add_(p, alpha=decay).mul_(alpha).add_(self.direction[k], alpha=1.0 - alpha)
+
+
+#: fedcm's run-config keys (``fedcm.<key>``)
+FEDCM = Settings("fedcm", keys=(ALPHA, DECAY_IN_MIX, LR_DECAY), client_keys=("alpha", "decay-in-mix"))
+
+ALGORITHMS = {"fedcm": (FEDCM, FedCMClient)}

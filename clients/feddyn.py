@@ -6,6 +6,7 @@ import torch
 
 from clients.base import saved_or_zeros
 from clients.fedprox import FedProxClient
+from clients.keys import BETA, LR_DECAY, Settings
 from fedapp.core.records import Payload, Tensors
 
 
@@ -45,3 +46,9 @@ class FedDynClient(FedProxClient):
         beta = self.setting("beta")
         w_i = self.param_tensors()
         self.state["dual"] = {k: (self.dual[k] - (w_i[k] - self.anchor[k]) / beta).cpu() for k in w_i}
+
+
+#: feddyn's run-config keys (``feddyn.<key>``)
+FEDDYN = Settings("feddyn", keys=(BETA, LR_DECAY), client_keys=("beta",))
+
+ALGORITHMS = {"feddyn": (FEDDYN, FedDynClient)}

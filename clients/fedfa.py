@@ -1,6 +1,7 @@
 """FedFA client: reports the received model's training accuracy, then trains as FedAvg."""
 
 from clients.base import FedClient
+from clients.keys import Settings
 from fedapp.core.records import Payload
 from fedapp.core.training import evaluate
 
@@ -14,3 +15,9 @@ class FedFAClient(FedClient):
 
     def reply_metrics(self) -> dict[str, float]:
         return {"train-accuracy": self.received_accuracy}
+
+
+#: fedfa's run-config keys: none of its own (FedAvg's prefix, as the base strategy's)
+FEDFA = Settings("fedavg")
+
+ALGORITHMS = {"fedfa": (FEDFA, FedFAClient)}

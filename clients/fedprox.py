@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from clients.base import FedClient
+from clients.keys import LR_DECAY, Settings
+from fedapp.core.config import Key
 from fedapp.core.records import Payload, Tensors
 
 
@@ -29,3 +31,13 @@ class FedProxClient(FedClient):
         mu = self.prox_coefficient()
         for k, p in self.params.items():
             p.grad.add_(p.detach() - self.anchor[k], alpha=mu)
+
+
+#: fedprox's run-config keys (``fedprox.<key>``)
+FEDPROX = Settings(
+    "fedprox",
+    keys=(Key("proximal-mu", float, 0.01, "Proximal coefficient mu.", low=0.0), LR_DECAY),
+    client_keys=("proximal-mu",),
+)
+
+ALGORITHMS = {"fedprox": (FEDPROX, FedProxClient)}

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from clients.base import saved_or_zeros
 from clients.feddyn import FedDynClient
+from clients.keys import BETA, LR_DECAY, RHO, Settings
 from clients.sam import SAMSteps
+from fedapp.core.config import Key
 from fedapp.core.records import Payload, Tensors
 
 
@@ -53,3 +55,17 @@ class FedSMOOClient(FedSpeedClient):
         else:
             local = {k: self.mu[k] - self.sam.s_hat[k] for k in self.mu}
         return {"arrays": self.model_tensors(), "perturbation": {k: v.cpu() for k, v in local.items()}}
+
+
+#: fedspeed's run-config keys (``fedspeed.<key>``)
+FEDSPEED = Settings("fedspeed", keys=(RHO, BETA, LR_DECAY), client_keys=("rho", "beta"))
+#: fedsmoo's run-config keys (``fedsmoo.<key>``)
+FEDSMOO = Settings(
+    "fedsmoo",
+    keys=(RHO, BETA, Key("simulator-perturbation", bool, False,
+                         "Global perturbation from the mean of mu_i (public simulator) instead of mu_i - s_hat."),
+          LR_DECAY),
+    client_keys=("rho", "beta", "simulator-perturbation"),
+)
+
+ALGORITHMS = {"fedspeed": (FEDSPEED, FedSpeedClient), "fedsmoo": (FEDSMOO, FedSMOOClient)}

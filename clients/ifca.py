@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from clients.base import FedClient
+from clients.keys import CLUSTERS, IDENTICAL_INIT, Settings
 from fedapp.core.aggregation import weighted_mean
+from fedapp.core.config import Key
 from fedapp.core.records import Payload
 from fedapp.core.training import evaluate
 
@@ -41,3 +43,14 @@ class IFCAClient(FedClient):
 
     def reply_metrics(self) -> dict[str, float]:
         return {"cluster-mask": sum(1 << j for j in self.chosen)}
+
+
+#: ifca's run-config keys (``ifca.<key>``)
+IFCA = Settings("ifca", keys=(CLUSTERS, IDENTICAL_INIT))
+#: flsc's run-config keys (``flsc.<key>``)
+FLSC = Settings(
+    "flsc",
+    keys=(CLUSTERS, Key("n-g", int, 2, "Models N_g each client averages and contributes to.", low=1), IDENTICAL_INIT),
+)
+
+ALGORITHMS = {"flsc": (FLSC, IFCAClient), "ifca": (IFCA, IFCAClient)}

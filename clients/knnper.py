@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from clients.base import FedClient
+from clients.keys import Settings
+from fedapp.core.config import Key
 from fedapp.core.data import prepare
 from fedapp.core.models import body_head_keys
 from fedapp.core.records import Payload
@@ -108,3 +110,17 @@ class KNNPerClient(FedClient):
         finally:
             self.model = self.network
         return {}, {**metrics, "knn-k": k, "knn-weight": weight}
+
+
+#: knnper's run-config keys (``knnper.<key>``)
+KNNPER = Settings(
+    "knnper",
+    keys=(
+        Key("scale", float, 100.0, "Scale sigma of the kNN similarity exp(-d / (D sigma)) (PeFLL's appendix: 100).",
+            low=0.0, low_open=True),
+        Key("folds", int, 5, "Folds of the per-client cross-validation of k and lambda.", low=2),
+    ),
+    client_keys=("scale", "folds"),
+)
+
+ALGORITHMS = {"knnper": (KNNPER, KNNPerClient)}

@@ -1,6 +1,7 @@
 """Local client: trains its own model, which never leaves it."""
 
 from clients.base import FedClient
+from clients.keys import Settings
 from fedapp.core.records import Payload
 
 
@@ -16,3 +17,9 @@ class LocalClient(FedClient):
 
     def reply(self, payload: Payload, config: dict) -> Payload:
         return {}
+
+
+#: local's run-config keys (``local.<key>``)
+LOCAL = Settings("local")
+
+ALGORITHMS = {"local": (LOCAL, LocalClient)}

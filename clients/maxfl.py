@@ -1,6 +1,8 @@
 """MaxFL client: trains the global model when it beats its own model by its threshold."""
 
 from clients.base import FedClient
+from clients.keys import Settings
+from fedapp.core.config import Key
 from fedapp.core.records import Payload
 from fedapp.core.training import evaluate
 
@@ -37,3 +39,13 @@ class MaxFLClient(FedClient):
 
     def reply_metrics(self) -> dict[str, float]:
         return {"joined": int(self.joined)}
+
+
+#: maxfl's run-config keys (``maxfl.<key>``)
+MAXFL = Settings(
+    "maxfl",
+    keys=(Key("margin", float, 0.0, "Loss margin added to the client's own-model loss threshold."),),
+    client_keys=("margin",),
+)
+
+ALGORITHMS = {"maxfl": (MAXFL, MaxFLClient)}

@@ -3,6 +3,8 @@
 import torch
 
 from clients.base import FedClient
+from clients.keys import Settings
+from fedapp.core.config import Key
 from fedapp.core.records import Payload
 
 
@@ -47,3 +49,18 @@ class PerFedAvgClient(FedClient):
             seed = self.round_seed(int(config["server-round"]))
             FedClient.train(self, self.epoch_steps(epochs), float(config["lr"]), seed)
         return {}, self.evaluate_local()
+
+
+#: perfedavg's run-config keys (``perfedavg.<key>``)
+PERFEDAVG = Settings(
+    "perfedavg",
+    keys=(
+        Key("beta", float, 1e-3, "Outer (meta) step size beta of the first-order update (FL-bench's default).",
+            low=0.0, low_open=True),
+        Key("finetune-epochs", int, 1, "Epochs of SGD at the run's lr on a client's training split before it "
+            "evaluates (FL-bench: at least 1).", low=0),
+    ),
+    client_keys=("beta", "finetune-epochs"),
+)
+
+ALGORITHMS = {"perfedavg": (PERFEDAVG, PerFedAvgClient)}

@@ -3,6 +3,8 @@
 import torch
 
 from clients.base import FedClient
+from clients.keys import Settings
+from fedapp.core.config import Key
 from fedapp.core.records import Payload, Tensors
 
 
@@ -59,3 +61,24 @@ class PFedMeClient(FedClient):
             self.personal_steps(self.param_tensors(), self.epoch_steps(int(self.setting("new-epochs"))),
                                 float(config["lr"]), self.round_seed(int(config["server-round"])), move_w=False)
         return {}, self.evaluate_local()
+
+
+#: pfedme's run-config keys (``pfedme.<key>``)
+PFEDME = Settings(
+    "pfedme",
+    keys=(
+        Key("lambda", float, 15.0, "Regularisation lambda of the Moreau envelope (PeFLL's appendix: 15).", low=0.0,
+            low_open=True),
+        Key("k", int, 3, "Personal steps K per batch (PeFLL's appendix: 3).", low=1),
+        Key("personal-lr", float, 0.01, "Personal learning rate of the K steps (FL-bench's default).", low=0.0,
+            low_open=True),
+        Key("mu", float, 1e-3, "L2 term mu of the personal step (FL-bench's default).", low=0.0),
+        Key("beta", float, 1.0, "Server mixing beta (PeFLL's appendix: 1, plain averaging).", low=0.0,
+            low_open=True, high=2.0),
+        Key("new-epochs", int, 20, "Epochs a new client fine-tunes its personal model (PeFLL's appendix: 20).",
+            low=0),
+    ),
+    client_keys=("lambda", "k", "personal-lr", "mu", "new-epochs"),
+)
+
+ALGORITHMS = {"pfedme": (PFEDME, PFedMeClient)}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 
 from clients.base import FedClient, saved_or_zeros
+from clients.keys import LR_DECAY, Settings
+from fedapp.core.config import Key
 from fedapp.core.records import Payload, Tensors
 
 
@@ -70,3 +72,12 @@ class ScaffoldClient(FedClient):
 
     def reply(self, payload: Payload, config: dict) -> Payload:
         return {"arrays": self.model_tensors(), "control-delta": self.scaffold.delta}
+
+
+#: scaffold's run-config keys (``scaffold.<key>``)
+SCAFFOLD = Settings(
+    "scaffold",
+    keys=(Key("server-lr", float, 1.0, "Global step size eta_g.", low=0.0, low_open=True), LR_DECAY),
+)
+
+ALGORITHMS = {"scaffold": (SCAFFOLD, ScaffoldClient)}

@@ -111,7 +111,8 @@ class FedStrategy(Strategy, metaclass=Settings):
              *(p(keyword_of(k.name), p.KEYWORD_ONLY, default=k.default) for k in cls.config_keys),
              p("settings", p.VAR_KEYWORD)])
 
-    #: run-config prefix and keys of the algorithm's own settings (``prefix.key``)
+    #: run-config prefix and keys of the algorithm's own settings (``prefix.key``); a registered strategy
+    #: takes them and its ``client_keys`` from its declaration in clients/ (``Settings``), as the ClientApp does
     config_prefix: ClassVar[str] = "fedavg"
     config_keys: ClassVar[tuple[Key, ...]] = ()
     #: names of the ``config_keys`` the algorithm's clients read: sent in every message's config

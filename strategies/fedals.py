@@ -5,8 +5,8 @@ from __future__ import annotations
 from flwr.app import MessageType
 from flwr.serverapp import Grid
 
-from clients.fedals import FedALSClient, FedALSScaffoldClient
-from fedapp.core.config import ConfigError, Key
+from clients.fedals import FEDALS, FEDALS_SCAFFOLD
+from fedapp.core.config import ConfigError
 from fedapp.core.layer_split import split_model
 from fedapp.core.records import Shared, Tensors
 from strategies.base import FedStrategy
@@ -32,21 +32,7 @@ class FedALS(FedStrategy):
     The evaluated model is the average of all clients' models, (mean phi_i, mean h_i).
     """
 
-    config_prefix = "fedals"
-    config_keys = (
-        Key("alpha", int, 10, "Body averaging period in rounds (alpha = 1 is FedAvg).", low=1),
-        Key("body-layers", int, 0, "L: leading layers in the body phi; 0 = the conv layers (all but the last "
-            "layer for a model without convs).", low=0),
-        Key("layer-groups", str, "layers", "What body-layers counts: layers (every Conv/Linear) or authors "
-            "(their ResNet-20 grouping: a shortcut conv joins its block's second conv; 20 layers).",
-            ("layers", "authors")),
-        Key("scaffold-variant", str, "algorithm4", "fedals-scaffold only: algorithm4 (the paper's Algorithm 4), "
-            "authors (their code as it runs: separate momentum-free control step, x_pre shares the model so "
-            "the control variates freeze after a client's first sync) or authors-copy (the same with a real copy).",
-            ("algorithm4", "authors", "authors-copy")),
-        Key("nesterov", bool, False, "Nesterov momentum (the paper's Table 4) instead of heavy-ball (the authors' code)."),
-    )
-    client_keys = ("body-layers", "layer-groups", "nesterov")
+    config_prefix, config_keys, client_keys = FEDALS
     checkpoint_attrs = ("body_round", "body_pids", "client_body")
     global_model = False  # the clients keep their own bodies between body averages
 
@@ -168,7 +154,7 @@ class FedALSScaffold(FedALS):
     every round and c_phi with the body; "control-delta" carries the Delta c of the parts averaged.
     """
 
-    client_keys = FedALS.client_keys + ("scaffold-variant",)
+    config_prefix, config_keys, client_keys = FEDALS_SCAFFOLD
     checkpoint_attrs = ("control",)
 
     @classmethod
@@ -214,4 +200,4 @@ class FedALSScaffold(FedALS):
         self.split_control()
 
 
-ALGORITHMS = {"fedals": (FedALS, FedALSClient), "fedals-scaffold": (FedALSScaffold, FedALSScaffoldClient)}
+ALGORITHMS = {"fedals": FedALS, "fedals-scaffold": FedALSScaffold}

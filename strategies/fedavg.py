@@ -1,8 +1,7 @@
 """FedAvg: the shared machinery with every hook at its default."""
 
-from clients.fedavg import FedAvgClient
+from clients.fedavg import FEDAVG
 from strategies.base import FedStrategy
-from strategies.keys import LR_DECAY
 
 
 class FedAvg(FedStrategy):
@@ -13,7 +12,7 @@ class FedAvg(FedStrategy):
     model after K local SGD steps from w_t.
     """
 
-    config_keys = (LR_DECAY,)
+    config_prefix, config_keys, client_keys = FEDAVG
 
 
-ALGORITHMS = {"fedavg": (FedAvg, FedAvgClient)}
+ALGORITHMS = {"fedavg": FedAvg}

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from clients.fedcm import FedCMClient
+from clients.fedcm import FEDCM
 from fedapp.core.experiment import round_lr
 from strategies.base import FedStrategy
-from strategies.keys import ALPHA, DECAY_IN_MIX, LR_DECAY
 
 
 class FedCM(FedStrategy):
@@ -16,9 +15,7 @@ class FedCM(FedStrategy):
     the mean per-step descent direction of the round (Delta_1 = 0).
     """
 
-    config_prefix = "fedcm"
-    config_keys = (ALPHA, DECAY_IN_MIX, LR_DECAY)
-    client_keys = ("alpha", "decay-in-mix")
+    config_prefix, config_keys, client_keys = FEDCM
     checkpoint_attrs = ("momentum",)
 
     def __init__(self, cfg, model, dataset=None):
@@ -38,4 +35,4 @@ class FedCM(FedStrategy):
         self.momentum = {k: (old[k] - self.global_state[k]) / scale for k in self.momentum}
 
 
-ALGORITHMS = {"fedcm": (FedCM, FedCMClient)}
+ALGORITHMS = {"fedcm": FedCM}

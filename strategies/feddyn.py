@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from clients.feddyn import FedDynClient
+from clients.feddyn import FEDDYN
 from strategies.base import FedStrategy
-from strategies.keys import BETA, LR_DECAY
 
 
 class FedDyn(FedStrategy):
@@ -19,9 +18,7 @@ class FedDyn(FedStrategy):
     Since every lambda_i starts at 0, lambda = (1/m) sum over all clients of lambda_i.
     """
 
-    config_prefix = "feddyn"
-    config_keys = (BETA, LR_DECAY)
-    client_keys = ("beta",)
+    config_prefix, config_keys, client_keys = FEDDYN
     checkpoint_attrs = ("dual",)
     weighted = False
 
@@ -49,4 +46,4 @@ class FedDyn(FedStrategy):
                              for k, v in self.global_state.items()}
 
 
-ALGORITHMS = {"feddyn": (FedDyn, FedDynClient)}
+ALGORITHMS = {"feddyn": FedDyn}

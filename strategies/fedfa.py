@@ -2,7 +2,7 @@
 
 import math
 
-from clients.fedfa import FedFAClient
+from clients.fedfa import FEDFA
 from strategies.base import FedStrategy
 from strategies.driver import Reply
 
@@ -17,9 +17,11 @@ class FedFA(FedStrategy):
     received model w_t on client i's training data: poorly served clients weigh more.
     """
 
+    config_prefix, config_keys, client_keys = FEDFA
+
     def aggregate(self, server_round: int, replies: list[Reply]) -> None:
         weights = [-math.log2(min(max(r.metrics["train-accuracy"], ACC_CLIP[0]), ACC_CLIP[1])) for r in replies]
         self.global_state = self.combine([r.payload["arrays"] for r in replies], weights)
 
 
-ALGORITHMS = {"fedfa": (FedFA, FedFAClient)}
+ALGORITHMS = {"fedfa": FedFA}

@@ -1,9 +1,7 @@
 """FedProx: FedAvg on the server; the proximal term lives in the client."""
 
-from clients.fedprox import FedProxClient
-from fedapp.core.config import Key
+from clients.fedprox import FEDPROX
 from strategies.base import FedStrategy
-from strategies.keys import LR_DECAY
 
 
 class FedProx(FedStrategy):
@@ -13,9 +11,7 @@ class FedProx(FedStrategy):
     the server averages as FedAvg: w_{t+1} = sum_i n_i w_i / sum_i n_i.
     """
 
-    config_prefix = "fedprox"
-    config_keys = (Key("proximal-mu", float, 0.01, "Proximal coefficient mu.", low=0.0), LR_DECAY)
-    client_keys = ("proximal-mu",)
+    config_prefix, config_keys, client_keys = FEDPROX
 
 
-ALGORITHMS = {"fedprox": (FedProx, FedProxClient)}
+ALGORITHMS = {"fedprox": FedProx}

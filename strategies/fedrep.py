@@ -2,8 +2,7 @@
 
 from typing import Any
 
-from clients.fedrep import FedRepClient
-from fedapp.core.config import Key
+from clients.fedrep import FEDREP
 from fedapp.core.experiment import round_lr
 from fedapp.core.layer_split import check_head
 from fedapp.core.models import body_head_keys
@@ -20,14 +19,7 @@ class FedRep(FedStrategy):
     The head is the last layer. A new client fits a fresh head on the frozen body before it is evaluated.
     """
 
-    config_prefix = "fedrep"
-    config_keys = (
-        Key("head-steps", int, 50, "SGD steps on the private head (body frozen) per round.", low=1),
-        Key("head-epochs", int, 0, "Epochs on the private head per round instead of head-steps (PeFLL's runs: 5); "
-            "0: head-steps.", low=0),
-        Key("new-head-epochs", int, 0, "Epochs a client without a head trains a fresh one before evaluation "
-            "(PeFLL's runs: 20); 0: as head-epochs / head-steps.", low=0),
-    )
+    config_prefix, config_keys, client_keys = FEDREP
     global_model = False  # a shared body; every head stays on its client
 
     @classmethod
@@ -66,4 +58,4 @@ class FedRep(FedStrategy):
         return None  # the body alone is no classifier
 
 
-ALGORITHMS = {"fedrep": (FedRep, FedRepClient)}
+ALGORITHMS = {"fedrep": FedRep}

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-from clients.fedsmoo import FedSMOOClient, FedSpeedClient
-from fedapp.core.config import Key
+from clients.fedsmoo import FEDSPEED, FEDSMOO
 from fedapp.core.perturbation import perturbation
 from strategies.driver import spec_of
 from strategies.feddyn import FedDyn
-from strategies.keys import BETA, LR_DECAY, RHO
 
 
 class FedSpeed(FedDyn):
     """FedSMOO's ablation "dynamic regulariser + SAM, no correction" (mu_i = s = 0):
     FedDyn's server with clients stepping along g(w_i + rho g/||g||) - lambda_i + (w_i - w)/beta."""
 
-    config_prefix = "fedspeed"
-    config_keys = (RHO, BETA, LR_DECAY)
-    client_keys = ("rho", "beta")
+    config_prefix, config_keys, client_keys = FEDSPEED
 
 
 class FedSMOO(FedDyn):
@@ -38,11 +34,7 @@ class FedSMOO(FedDyn):
     the authors' public simulator does. Traffic is two model-sized arrays each way.
     """
 
-    config_prefix = "fedsmoo"
-    config_keys = (RHO, BETA, Key("simulator-perturbation", bool, False,
-                                  "Global perturbation from the mean of mu_i (public simulator) instead of mu_i - s_hat."),
-                   LR_DECAY)
-    client_keys = ("rho", "beta", "simulator-perturbation")
+    config_prefix, config_keys, client_keys = FEDSMOO
     checkpoint_attrs = ("dual", "perturbation")
 
     def __init__(self, cfg, model, dataset=None):
@@ -63,4 +55,4 @@ class FedSMOO(FedDyn):
         self.perturbation = perturbation(mean, self.cfg.algo("rho"))
 
 
-ALGORITHMS = {"fedspeed": (FedSpeed, FedSpeedClient), "fedsmoo": (FedSMOO, FedSMOOClient)}
+ALGORITHMS = {"fedspeed": FedSpeed, "fedsmoo": FedSMOO}

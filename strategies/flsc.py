@@ -1,9 +1,8 @@
 """FLSC: soft clustering, each client averages its N_g best of k models."""
 
-from clients.ifca import IFCAClient
-from fedapp.core.config import ConfigError, Key, RunConfig
+from clients.ifca import FLSC
+from fedapp.core.config import ConfigError, RunConfig
 from strategies.ifca import IFCA
-from strategies.keys import CLUSTERS, IDENTICAL_INIT
 
 
 class FLSC(IFCA):
@@ -13,9 +12,7 @@ class FLSC(IFCA):
     their average sum_{j in S_i} w_j / N_g, and its model joins the average of every w_j, j in S_i.
     """
 
-    config_prefix = "flsc"
-    config_keys = (CLUSTERS, Key("n-g", int, 2, "Models N_g each client averages and contributes to.", low=1),
-                   IDENTICAL_INIT)
+    config_prefix, config_keys, client_keys = FLSC
 
     @classmethod
     def check_config(cls, cfg: RunConfig) -> None:
@@ -27,4 +24,4 @@ class FLSC(IFCA):
         return self.cfg.algo("n-g")
 
 
-ALGORITHMS = {"flsc": (FLSC, IFCAClient)}
+ALGORITHMS = {"flsc": FLSC}

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from clients.ifca import IFCAClient
+from clients.ifca import IFCA
 from fedapp.core.aggregation import weighted_mean
 from fedapp.core.config import RunConfig
 from fedapp.core.experiment import model_for
 from fedapp.core.records import Payload, Shared, Tensors
 from strategies.base import FedStrategy
 from strategies.driver import Reply
-from strategies.keys import CLUSTERS, IDENTICAL_INIT
 
 
 class IFCA(FedStrategy):
@@ -24,8 +23,7 @@ class IFCA(FedStrategy):
     w_j = sum_{i: j in S_i} n_i w_i / sum_{i: j in S_i} n_i (unchanged when nobody chose j).
     """
 
-    config_prefix = "ifca"
-    config_keys = (CLUSTERS, IDENTICAL_INIT)
+    config_prefix, config_keys, client_keys = IFCA
     checkpoint_attrs = ("cluster_models", "choices")
     global_model = False  # k cluster models
 
@@ -79,4 +77,4 @@ class IFCA(FedStrategy):
         return None
 
 
-ALGORITHMS = {"ifca": (IFCA, IFCAClient)}
+ALGORITHMS = {"ifca": IFCA}

@@ -1,6 +1,6 @@
 """Independent training: every client trains alone (HCCT's Table IV baseline)."""
 
-from clients.hcct import HCCTClient
+from clients.hcct import INDEPENDENT
 from fedapp.core.config import RunConfig
 from strategies.hcct import HCCT, Group
 
@@ -9,8 +9,7 @@ class Independent(HCCT):
     """Independent local training: w_i^{t+1} = w_i^{t,K}, no model ever leaves its client's group
     of one (HCCT with the partition fixed to singletons)."""
 
-    config_prefix = "independent"
-    config_keys = ()
+    config_prefix, config_keys, client_keys = INDEPENDENT
     robust_refusal = "every client trains alone in a group of one, so the server combines no updates"
 
     @classmethod
@@ -27,4 +26,4 @@ class Independent(HCCT):
         return [(pid,) for pid in pool]
 
 
-ALGORITHMS = {"independent": (Independent, HCCTClient)}
+ALGORITHMS = {"independent": Independent}

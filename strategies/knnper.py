@@ -1,7 +1,6 @@
 """kNN-Per: FedAvg's global model, personalised at inference by a local kNN."""
 
-from clients.knnper import KNNPerClient
-from fedapp.core.config import Key
+from clients.knnper import KNNPER
 from fedapp.core.layer_split import check_head
 from strategies.base import FedStrategy
 
@@ -20,17 +19,11 @@ class KNNPer(FedStrategy):
     the model's logits, not its probabilities, and caps the datastore (``test_matches_fl_bench``).
     """
 
-    config_prefix = "knnper"
-    config_keys = (
-        Key("scale", float, 100.0, "Scale sigma of the kNN similarity exp(-d / (D sigma)) (PeFLL's appendix: 100).",
-            low=0.0, low_open=True),
-        Key("folds", int, 5, "Folds of the per-client cross-validation of k and lambda.", low=2),
-    )
-    client_keys = ("scale", "folds")
+    config_prefix, config_keys, client_keys = KNNPER
 
     @classmethod
     def check_model(cls, cfg, model):
         check_head(cfg, model)  # the head's input is the feature map
 
 
-ALGORITHMS = {"knnper": (KNNPer, KNNPerClient)}
+ALGORITHMS = {"knnper": KNNPer}

@@ -1,6 +1,6 @@
 """Local: every client trains alone (PeFLL's Table 1 baseline)."""
 
-from clients.local import LocalClient
+from clients.local import LOCAL
 from strategies.base import FedStrategy
 
 
@@ -10,7 +10,7 @@ class Local(FedStrategy):
     every client, new ones included, is in the training pool and trains alone when sampled.
     """
 
-    config_prefix = "local"
+    config_prefix, config_keys, client_keys = LOCAL
     global_model = False
     robust_refusal = "every model stays on its client, so the server combines no updates"
 
@@ -31,4 +31,4 @@ class Local(FedStrategy):
         return None
 
 
-ALGORITHMS = {"local": (Local, LocalClient)}
+ALGORITHMS = {"local": Local}

@@ -1,7 +1,6 @@
 """MAXFL-style participation: a client joins the global model only while it serves it well."""
 
-from clients.maxfl import MaxFLClient
-from fedapp.core.config import Key
+from clients.maxfl import MAXFL
 from strategies.base import FedStrategy
 from strategies.driver import Reply
 
@@ -16,9 +15,7 @@ class MaxFL(FedStrategy):
     A client is evaluated with the model the same rule picks: w_t if it would join, else v_i.
     """
 
-    config_prefix = "maxfl"
-    config_keys = (Key("margin", float, 0.0, "Loss margin added to the client's own-model loss threshold."),)
-    client_keys = ("margin",)
+    config_prefix, config_keys, client_keys = MAXFL
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> None:
         joined = [r for r in replies if r.metrics["joined"]]
@@ -26,4 +23,4 @@ class MaxFL(FedStrategy):
             self.global_state = self.combine([r.payload["arrays"] for r in joined], [r.num_examples for r in joined])
 
 
-ALGORITHMS = {"maxfl": (MaxFL, MaxFLClient)}
+ALGORITHMS = {"maxfl": MaxFL}

@@ -1,7 +1,6 @@
 """Per-FedAvg: FedAvg on the MAML objective, personalised by fine-tuning."""
 
-from clients.perfedavg import PerFedAvgClient
-from fedapp.core.config import Key
+from clients.perfedavg import PERFEDAVG
 from fedapp.core.experiment import round_lr
 from strategies.base import FedStrategy
 
@@ -19,14 +18,7 @@ class PerFedAvg(FedStrategy):
     data (``finetune-epochs`` epochs of SGD at alpha, FL-bench's at least one epoch).
     """
 
-    config_prefix = "perfedavg"
-    config_keys = (
-        Key("beta", float, 1e-3, "Outer (meta) step size beta of the first-order update (FL-bench's default).",
-            low=0.0, low_open=True),
-        Key("finetune-epochs", int, 1, "Epochs of SGD at the run's lr on a client's training split before it "
-            "evaluates (FL-bench: at least 1).", low=0),
-    )
-    client_keys = ("beta", "finetune-epochs")
+    config_prefix, config_keys, client_keys = PERFEDAVG
     weighted = False
 
     def client_config(self, phase, pid, server_round):
@@ -34,4 +26,4 @@ class PerFedAvg(FedStrategy):
         return {**super().client_config(phase, pid, server_round), "lr": round_lr(self.cfg, server_round)}
 
 
-ALGORITHMS = {"perfedavg": (PerFedAvg, PerFedAvgClient)}
+ALGORITHMS = {"perfedavg": PerFedAvg}

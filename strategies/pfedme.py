@@ -1,7 +1,6 @@
 """pFedMe: personal models regularised by a Moreau envelope towards the global model."""
 
-from clients.pfedme import PFedMeClient
-from fedapp.core.config import Key
+from clients.pfedme import PFEDME
 from fedapp.core.experiment import round_lr
 from strategies.base import FedStrategy
 
@@ -19,20 +18,7 @@ class PFedMe(FedStrategy):
     server sent, which it never updates (the initial model; ``test_matches_fl_bench``).
     """
 
-    config_prefix = "pfedme"
-    config_keys = (
-        Key("lambda", float, 15.0, "Regularisation lambda of the Moreau envelope (PeFLL's appendix: 15).", low=0.0,
-            low_open=True),
-        Key("k", int, 3, "Personal steps K per batch (PeFLL's appendix: 3).", low=1),
-        Key("personal-lr", float, 0.01, "Personal learning rate of the K steps (FL-bench's default).", low=0.0,
-            low_open=True),
-        Key("mu", float, 1e-3, "L2 term mu of the personal step (FL-bench's default).", low=0.0),
-        Key("beta", float, 1.0, "Server mixing beta (PeFLL's appendix: 1, plain averaging).", low=0.0,
-            low_open=True, high=2.0),
-        Key("new-epochs", int, 20, "Epochs a new client fine-tunes its personal model (PeFLL's appendix: 20).",
-            low=0),
-    )
-    client_keys = ("lambda", "k", "personal-lr", "mu", "new-epochs")
+    config_prefix, config_keys, client_keys = PFEDME
 
     def aggregate(self, server_round, replies) -> None:
         beta = self.cfg.algo("beta")
@@ -45,4 +31,4 @@ class PFedMe(FedStrategy):
         return {**super().client_config(phase, pid, server_round), "lr": round_lr(self.cfg, server_round)}
 
 
-ALGORITHMS = {"pfedme": (PFedMe, PFedMeClient)}
+ALGORITHMS = {"pfedme": PFedMe}

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from clients.scaffold import ScaffoldClient
-from fedapp.core.config import Key
+from clients.scaffold import SCAFFOLD
 from fedapp.core.records import Tensors
 from strategies.base import FedStrategy
-from strategies.keys import LR_DECAY
 from strategies.driver import spec_of
 
 
@@ -35,8 +33,7 @@ class Scaffold(FedStrategy):
     Both directions carry two model-sized arrays, twice FedAvg's traffic.
     """
 
-    config_prefix = "scaffold"
-    config_keys = (Key("server-lr", float, 1.0, "Global step size eta_g.", low=0.0, low_open=True), LR_DECAY)
+    config_prefix, config_keys, client_keys = SCAFFOLD
     checkpoint_attrs = ("control",)
     weighted = False
 
@@ -62,4 +59,4 @@ class Scaffold(FedStrategy):
                                        len(self.driver.train_pool()), None if self.cfg.aggregation == "mean" else self.combine)
 
 
-ALGORITHMS = {"scaffold": (Scaffold, ScaffoldClient)}
+ALGORITHMS = {"scaffold": Scaffold}

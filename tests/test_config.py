@@ -70,3 +70,35 @@ def test_types_are_coerced():
 def test_algorithm_key_errors_name_the_prefixed_key():
     with pytest.raises(ConfigError, match="'fedals.alpha' = 0 is invalid"):
         parse_run_config({"strategy": "fedals", "fedals.alpha": 0})
+
+
+def test_client_side_parse_equals_server_side():
+    """A ClientApp's parse (``side="client"``: the declarations in clients/, no strategy imported)
+    gives the server's RunConfig for every algorithm, and the same one-line error naming the key."""
+    from fedapp.runtime import registry
+
+    for name, spec in registry.algorithms().items():
+        raw = {"strategy": name, "seed": 3, f"{spec.prefix}.lr-decay": 0.5} if any(
+            k.name == "lr-decay" for k in spec.keys) else {"strategy": name, "seed": 3}
+        client, server = parse_run_config(raw, side="client"), parse_run_config(raw)
+        assert (client.as_dict(), client.prefix) == (server.as_dict(), server.prefix)
+        assert registry.client(name) is spec.client
+    for bad, needle in (({"strategy": "fedals", "fedals.alpha": 0}, "'fedals.alpha' = 0 is invalid"),
+                        ({"strategy": "fedsam", "fedsam.radius": 0.1},
+                         "unknown run config key.*'fedsam.radius': did you mean 'fedsam.rho'"),
+                        ({"strategy": "nope"}, "'strategy'")):
+        errors = []
+        for side in ("client", "server"):
+            with pytest.raises(ConfigError, match=needle) as err:
+                parse_run_config(bad, side=side)
+            errors.append(str(err.value))
+        assert errors[0] == errors[1] and "\n" not in errors[0]
+
+
+def test_cross_key_checks_stay_on_the_server_side():
+    """``check_config`` (a strategy's cross-key checks) runs where the strategy is: the server refuses
+    PeFLL's clipping without an optimiser to clip; a client leaves that to the server."""
+    bad = {"strategy": "pefll", "pefll.server-clip": 50.0}
+    with pytest.raises(ConfigError, match="'pefll.server-clip' = 50.0: clipping needs"):
+        parse_run_config(bad)
+    assert parse_run_config(bad, side="client").algo("server-clip") == 50.0

@@ -137,10 +137,14 @@ def test_clients_import_no_server_module():
     assert {n: d for n, d in bad.items() if d} == {}
 
 
-def test_servers_import_only_client_classes():
-    """A server module takes its client class from clients/ (the registry pairs them) and its maths and
-    networks from shared modules: every name it imports from clients/ is a FedClient subclass."""
+def test_servers_import_only_declarations_from_clients():
+    """A server module takes from clients/ only what both sides read: its algorithm's run-config
+    declaration (``Settings`` and shared ``Key``s, ``clients/keys.py``; Flower's strategies' in
+    ``clients/flower.py``) or a client class; its maths and networks come from shared modules. The
+    registry pairs strategies with clients, so a strategy module needs no client class."""
     from clients.base import FedClient
+    from clients.keys import Settings
+    from fedapp.core.config import Key
 
     offenders = []
     for name, path in modules().items():
@@ -150,7 +154,8 @@ def test_servers_import_only_client_classes():
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("clients"):
                 module = __import__(node.module, fromlist=["_"])
                 offenders += [f"{name}: {node.module}.{a.name}" for a in node.names
-                              if not (isinstance(getattr(module, a.name), type)
+                              if not (node.module == "clients.flower" or isinstance(getattr(module, a.name), (Settings, Key))
+                                      or isinstance(getattr(module, a.name), type)
                                       and issubclass(getattr(module, a.name), FedClient))]
     assert offenders == []
 
@@ -179,10 +184,16 @@ def loaded_after(statement: str) -> set[str]:
 
 
 def test_client_app_imports_no_server_module():
-    """A ClientApp process (every simulated client, every site) imports no strategy: the client side
-    of client-side dp is ``fedapp.core.dp_mod``. Flower's own ``import flwr`` loads ``flwr.serverapp``,
-    so what is checked of it is that fedapp's ClientApp adds none of its modules."""
-    client = loaded_after("import fedapp.runtime.client_app")
+    """A ClientApp process (every simulated client, every site) imports no strategy, also when it
+    parses its run config and picks its client class (``side="client"``: the schema from the
+    declarations in clients/): the client side of client-side dp is ``fedapp.core.dp_mod``. Flower's
+    own ``import flwr`` loads ``flwr.serverapp``, so what is checked of it is that fedapp's ClientApp
+    adds none of its modules."""
+    client = loaded_after(
+        "import fedapp.runtime.client_app as app\n"
+        "cfg = app.parse_run_config({'strategy': 'fedsmoo', 'fedsmoo.rho': 0.05, 'flwr-fedyogi.eta': 0.5}, side='client')\n"
+        "assert (cfg.algo('rho'), cfg.algo('beta'), cfg['flwr-fedyogi.eta']) == (0.05, 10.0, 0.5), cfg.as_dict()\n"
+        "assert app.registry.client(cfg.strategy).__name__ == 'FedSMOOClient'")
     assert sorted(m for m in client if m.split(".")[0] == "strategies") == []
     server = {m for m in client if m == "flwr.serverapp" or m.startswith("flwr.serverapp.")}
     assert server == {m for m in loaded_after("import flwr") if m == "flwr.serverapp" or m.startswith("flwr.serverapp.")}

@@ -259,7 +259,7 @@ def make_client(cfg: RunConfig, context: Context, state: Payload):
     data_dir = context.node_config.get("data-dir") or None
     data = cached_client_data(cfg, pid, data_dir)
     model = model_for(cfg, data)
-    return registry.get(cfg.strategy).client(cfg, model, data, state, device_of(cfg))
+    return registry.client(cfg.strategy)(cfg, model, data, state, device_of(cfg))
 
 
 def _reply(msg: Message, payload: Payload, metrics: dict, pid: int) -> Message:
@@ -284,7 +284,7 @@ def answer_query(msg: Message, context: Context, cfg: RunConfig, sizes) -> Messa
 @app.query()
 def query(msg: Message, context: Context) -> Message:
     """``answer_query`` with the sizes of the run config's partition."""
-    cfg = parse_run_config(context.run_config)
+    cfg = parse_run_config(context.run_config, side="client")
 
     def sizes() -> dict[str, int]:
         data = cached_client_data(cfg, partition_id(context), context.node_config.get("data-dir") or None)
@@ -323,11 +323,11 @@ def answer_evaluate(msg: Message, context: Context, cfg: RunConfig, client_for) 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """Local training of the run config's strategy's client (``answer_train``)."""
-    cfg = parse_run_config(context.run_config)
+    cfg = parse_run_config(context.run_config, side="client")
     return answer_train(msg, context, cfg, lambda state: make_client(cfg, context, state))
 
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    cfg = parse_run_config(context.run_config)
+    cfg = parse_run_config(context.run_config, side="client")
     return answer_evaluate(msg, context, cfg, lambda state: make_client(cfg, context, state))

@@ -151,7 +151,7 @@ def fault_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> M
     """Flower mod: pass through, unless this node's partition is one of the faulty ones."""
     if msg.metadata.message_type.split(".")[0] not in (MessageType.TRAIN, MessageType.EVALUATE):
         return call_next(msg, context)
-    cfg = parse_run_config(context.run_config)
+    cfg = parse_run_config(context.run_config, side="client")
     pid = context.node_config.get("partition-id")
     if not cfg.fault_fraction or pid is None or int(pid) not in faulty_partitions(cfg):
         return call_next(msg, context)

@@ -1,11 +1,30 @@
-"""Run-config keys that several algorithms declare, each declared once here.
+"""How an algorithm declares its run-config keys, and the keys several algorithms share.
 
-An algorithm lists them in its ``config_keys`` under its own prefix (``fedsam.rho``,
-``mofedsam.rho``, ``fedsmoo.rho``), so every method that shares a setting shares its type,
-default, bounds and description.
+Each module in ``clients/`` declares its algorithms as ``ALGORITHMS = {name: (Settings, Client)}``:
+the prefix and keys of the algorithm's own settings and the client class its sites run. The
+strategy takes its ``config_prefix``, ``config_keys`` and ``client_keys`` from that declaration,
+and the registry builds the run-config schema from the declarations alone, so a ClientApp parses
+its run config importing no strategy (``fedapp.runtime.registry.parse_run_config(..., side="client")``).
+
+A shared key is listed under each algorithm's own prefix (``fedsam.rho``, ``mofedsam.rho``,
+``fedsmoo.rho``), so every method that shares a setting shares its type, default, bounds and
+description.
 """
 
+from typing import NamedTuple
+
 from fedapp.core.config import Key
+
+
+class Settings(NamedTuple):
+    """An algorithm's own run-config keys, ``<prefix>.<key>``; a strategy unpacks it into its
+    ``config_prefix, config_keys, client_keys``."""
+
+    prefix: str
+    keys: tuple[Key, ...] = ()
+    #: names of the ``keys`` the algorithm's clients read: sent in every message's config
+    client_keys: tuple[str, ...] = ()
+
 
 #: a method's own lr decay (read by ``fedapp.core.experiment.round_lr``), so one run-config file can decay
 #: FedDyn/FedSMOO by 0.9995 and the other methods by 0.998, as FedSMOO's Table 1 does
