@@ -50,7 +50,7 @@ def client_data(context: Context, train_data: Data, test_data: Data) -> ClientDa
 def run_config(strategy: str, seed: int) -> RunConfig:
     """The client side's settings that no message carries: the strategy (it names the client and
     the state files) and the seed of the local batches."""
-    return registry.get(strategy).strategy.run_config(seed=seed)
+    return registry.parse_run_config({"strategy": strategy, "seed": seed}, side="client")
 
 
 def query(strategy: str, msg: Message, context: Context, train_data: Data, test_data: Data,
@@ -64,13 +64,13 @@ def query(strategy: str, msg: Message, context: Context, train_data: Data, test_
 
 def train(strategy: str, msg: Message, context: Context, model: torch.nn.Module, train_data: Data, test_data: Data,
           seed: int = 0, device: str = "cpu") -> Message:
-    """Your ``@app.train()``: ``strategy``'s client update (``registry.get(strategy).client``) of
+    """Your ``@app.train()``: ``strategy``'s client update (``registry.client(strategy)``) of
     ``model``, received from the message, on ``train_data``, from and to this client's state in
     ``context.state``. ``seed`` draws the local batches (the server's run-config seed gives fedapp's
     own clients' batches)."""
     cfg = run_config(strategy, seed)
     data = client_data(context, train_data, test_data)
-    return answer_train(msg, context, cfg, lambda state: registry.get(strategy).client(cfg, model, data, state, device))
+    return answer_train(msg, context, cfg, lambda state: registry.client(strategy)(cfg, model, data, state, device))
 
 
 def evaluate(strategy: str, msg: Message, context: Context, model: torch.nn.Module, train_data: Data, test_data: Data,
@@ -80,4 +80,4 @@ def evaluate(strategy: str, msg: Message, context: Context, model: torch.nn.Modu
     cfg = run_config(strategy, seed)
     data = client_data(context, train_data, test_data)
     return answer_evaluate(msg, context, cfg,
-                           lambda state: registry.get(strategy).client(cfg, model, data, state, device))
+                           lambda state: registry.client(strategy)(cfg, model, data, state, device))
