@@ -1,13 +1,13 @@
 """Shared client machinery: a NumPyClient-like class with a hookable SGD loop.
 
 A client is built for one message from the run config (its data and model), its data and its
-persisted state; ``fit`` and ``evaluate`` take a payload (``{record: {name: tensor}}``) and the
+persisted state; ``answer_train`` and ``evaluate`` take a payload (``{record: {name: tensor}}``) and the
 message's config dict, so algorithms are testable without Flower. Every setting of local training
 and evaluation (batch size, momentum, the algorithm's own such as FedProx's ``proximal-mu``) is
 read from that config (``setting``), never from the run config. Algorithms override the
 small hooks (``load_model``, ``receive``, ``compute_gradient``, ``correct_gradient``, ``reply``,
-``reply_metrics``, ``end_fit``) and keep what must outlive the message in ``self.state``, which the
-ClientApp commits only after ``fit`` returned.
+``reply_metrics``, ``after_train``) and keep what must outlive the message in ``self.state``, which the
+ClientApp commits only after ``answer_train`` returned.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class FedClient:
         """What is sent back: by default the full local model."""
         return {"arrays": self.model_tensors()}
 
-    def end_fit(self, payload: Payload, config: dict) -> None:
+    def after_train(self, payload: Payload, config: dict) -> None:
         """Update ``self.state`` after local training (duals, control variates, ...)."""
 
     def reply_metrics(self) -> dict[str, float]:
@@ -151,7 +151,7 @@ class FedClient:
                     name: torch.as_tensor(opt.state[p][buffer]).detach().cpu()
                     for name, p in params.items() if buffer in opt.state.get(p, {})}
 
-    def train(self, steps: int, lr: float, seed: int) -> dict[str, float]:
+    def local_sgd(self, steps: int, lr: float, seed: int) -> dict[str, float]:
         """``steps`` SGD steps; returns the mean training loss."""
         self.model.train()
         loader = self.loader(seed)
@@ -188,15 +188,15 @@ class FedClient:
         """local-steps, or local-epochs worth of full batches (at least one)."""
         return int(self.setting("local-steps")) or self.epoch_steps(self.setting("local-epochs"))
 
-    def fit(self, payload: Payload, config: dict) -> tuple[Payload, dict[str, float]]:
+    def answer_train(self, payload: Payload, config: dict) -> tuple[Payload, dict[str, float]]:
         """One round of local training. ``config`` carries ``server-round``, ``lr`` and the settings."""
         self.config = config
         self.receive(payload, config)
         steps = self.local_steps()
         seed = self.round_seed(int(config["server-round"]))
         self.steps = steps
-        metrics = self.train(steps, float(config["lr"]), seed)
-        self.end_fit(payload, config)
+        metrics = self.local_sgd(steps, float(config["lr"]), seed)
+        self.after_train(payload, config)
         metrics["num-examples"] = len(self.data.train_y)
         metrics["local-steps"] = steps
         return self.reply(payload, config), {**metrics, **self.reply_metrics()}

@@ -58,13 +58,13 @@ class FedALSClient(FedClient):
 
     def receive(self, payload: Payload, config: dict) -> None:
         super().receive(payload, config)
-        self.state.pop("body", None)  # the model holds it now (one copy during training); end_fit keeps the new one
+        self.state.pop("body", None)  # the model holds it now (one copy during training); after_train keeps the new one
 
-    def end_fit(self, payload: Payload, config: dict) -> None:
+    def after_train(self, payload: Payload, config: dict) -> None:
         self.state["body"] = self.copy_part(self.body_keys)
 
     def reply(self, payload: Payload, config: dict) -> Payload:
-        """The head, and on body rounds the body: the copy ``end_fit`` kept (neither changes after)."""
+        """The head, and on body rounds the body: the copy ``after_train`` kept (neither changes after)."""
         out = {"head": self.copy_part(self.head_keys)}
         if config.get("sync-body"):
             out["body"] = self.state["body"]
@@ -136,9 +136,9 @@ class FedALSScaffoldClient(FedALSClient):
             opt.register_step_post_hook(control_step)
         return opt
 
-    def end_fit(self, payload: Payload, config: dict) -> None:
+    def after_train(self, payload: Payload, config: dict) -> None:
         variant, s = self.setting("scaffold-variant"), self.scaffold
-        super().end_fit(payload, config)
+        super().after_train(payload, config)
         synced = (self.body_params if config.get("sync-body") else []) + self.head_params
         if variant != "algorithm4":
             c_i, c = (self.part(t, synced) for t in (s.c_i, s.c))

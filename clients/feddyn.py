@@ -41,8 +41,8 @@ class FedDynClient(FedProxClient):
         for k, p in self.params.items():
             p.grad.sub_(self.dual[k]).sub_(self.anchor[k], alpha=mu)
 
-    def end_fit(self, payload: Payload, config: dict) -> None:
-        super().end_fit(payload, config)
+    def after_train(self, payload: Payload, config: dict) -> None:
+        super().after_train(payload, config)
         beta = self.setting("beta")
         w_i = self.param_tensors()
         self.state["dual"] = {k: (self.dual[k] - (w_i[k] - self.anchor[k]) / beta).cpu() for k in w_i}

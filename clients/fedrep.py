@@ -30,11 +30,11 @@ class FedRepClient(FedClient):
     def train_part(self, keys: list[str], steps: int, lr: float, seed: int) -> dict[str, float]:
         """``steps`` SGD steps on the parameters ``keys``, the others frozen."""
         self.trainable(keys)
-        metrics = super().train(steps, lr, seed)
+        metrics = super().local_sgd(steps, lr, seed)
         self.trainable(self.body_keys + self.head_keys)
         return metrics
 
-    def train(self, steps: int, lr: float, seed: int) -> dict[str, float]:
+    def local_sgd(self, steps: int, lr: float, seed: int) -> dict[str, float]:
         self.train_part(self.head_keys, self.head_steps(), lr, seed)
         return self.train_part(self.body_keys, steps, lr, seed + 1)
 
@@ -45,7 +45,7 @@ class FedRepClient(FedClient):
             return self.epoch_steps(epochs)
         return int(self.setting("head-steps"))
 
-    def end_fit(self, payload: Payload, config: dict) -> None:
+    def after_train(self, payload: Payload, config: dict) -> None:
         self.state["head"] = {k: v for k, v in self.model_tensors().items() if k in self.head_keys}
 
     def reply(self, payload: Payload, config: dict) -> Payload:

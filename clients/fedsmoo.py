@@ -45,8 +45,8 @@ class FedSMOOClient(FedSpeedClient):
             mu.add_(self.sam.s_hat[k] - self.global_perturbation[k])
         return loss
 
-    def end_fit(self, payload: Payload, config: dict) -> None:
-        super().end_fit(payload, config)
+    def after_train(self, payload: Payload, config: dict) -> None:
+        super().after_train(payload, config)
         self.state["perturbation-dual"] = {k: v.cpu().clone() for k, v in self.mu.items()}
 
     def reply(self, payload: Payload, config: dict) -> Payload:

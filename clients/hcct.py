@@ -28,7 +28,7 @@ class HCCTPClient(FedClient):
         tensors = self.model_tensors()
         return {"arrays": {k: tensors[k] for k in body}}
 
-    def end_fit(self, payload: Payload, config: dict) -> None:
+    def after_train(self, payload: Payload, config: dict) -> None:
         _, head = body_head_keys(self.model)
         tensors = self.model_tensors()
         self.state["head"] = {k: tensors[k] for k in head}

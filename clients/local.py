@@ -12,7 +12,7 @@ class LocalClient(FedClient):
         if "model" in self.state:  # else: the seeded initial model, as every method starts from
             self.load_tensors(self.state["model"])
 
-    def end_fit(self, payload: Payload, config: dict) -> None:
+    def after_train(self, payload: Payload, config: dict) -> None:
         self.state["model"] = self.model_tensors()
 
     def reply(self, payload: Payload, config: dict) -> Payload:

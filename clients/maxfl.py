@@ -34,7 +34,7 @@ class MaxFLClient(FedClient):
             else:
                 self.joined = False
 
-    def end_fit(self, payload: Payload, config: dict) -> None:
+    def after_train(self, payload: Payload, config: dict) -> None:
         self.state["local"] = self.model_tensors()
 
     def reply_metrics(self) -> dict[str, float]:

@@ -53,7 +53,7 @@ class PeFLLClient(FedClient):
         return prepare(x.to(self.device), d.mean, d.std), y.to(self.device)
 
     # ---- phases ------------------------------------------------------------------
-    def fit(self, payload: Payload, config: dict) -> tuple[Payload, dict[str, float]]:
+    def answer_train(self, payload: Payload, config: dict) -> tuple[Payload, dict[str, float]]:
         self.config = config
         phase = config.get("phase", "train")
         out, metrics = getattr(self, f"phase_{phase}")(payload, config)
@@ -76,7 +76,7 @@ class PeFLLClient(FedClient):
         theta = payload["theta"]
         self.load_tensors(theta)
         steps = int(config["local-steps"])
-        metrics = self.train(steps, float(config["lr"]), self.round_seed(int(config["server-round"])))
+        metrics = self.local_sgd(steps, float(config["lr"]), self.round_seed(int(config["server-round"])))
         new = self.model_tensors()
         return {"delta": {k: new[k] - theta[k] for k in theta}}, {**metrics, "local-steps": steps}
 

@@ -17,7 +17,7 @@ class PerFedAvgClient(FedClient):
     run's SGD on its training split; nothing is kept between rounds.
     """
 
-    def train(self, steps: int, lr: float, seed: int) -> dict[str, float]:
+    def local_sgd(self, steps: int, lr: float, seed: int) -> dict[str, float]:
         self.model.train()
         loader = self.loader(seed)
         inner = self.make_optimizer(lr)
@@ -47,7 +47,7 @@ class PerFedAvgClient(FedClient):
         epochs = int(self.setting("finetune-epochs"))
         if epochs:
             seed = self.round_seed(int(config["server-round"]))
-            FedClient.train(self, self.epoch_steps(epochs), float(config["lr"]), seed)
+            FedClient.local_sgd(self, self.epoch_steps(epochs), float(config["lr"]), seed)
         return {}, self.evaluate_local()
 
 

@@ -42,11 +42,11 @@ class PFedMeClient(FedClient):
                         w[name] = w[name] - lam * lr * (w[name] - p)
         return total.item() / max(steps, 1)
 
-    def train(self, steps: int, lr: float, seed: int) -> dict[str, float]:
+    def local_sgd(self, steps: int, lr: float, seed: int) -> dict[str, float]:
         self.local = self.param_tensors()
         return {"train-loss": self.personal_steps(self.local, steps, lr, seed, move_w=True)}
 
-    def end_fit(self, payload: Payload, config: dict) -> None:
+    def after_train(self, payload: Payload, config: dict) -> None:
         self.state["personal"] = self.model_tensors()
 
     def reply(self, payload: Payload, config: dict) -> Payload:

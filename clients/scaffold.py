@@ -65,7 +65,7 @@ class ScaffoldClient(FedClient):
     def correct_gradient(self) -> None:
         self.scaffold.correct(self.params)
 
-    def end_fit(self, payload: Payload, config: dict) -> None:
+    def after_train(self, payload: Payload, config: dict) -> None:
         s = self.scaffold
         self.state["control"] = s.refresh(option_two(s.c_i, s.c, s.anchor, self.param_tensors(), self.steps,
                                                      float(config["lr"])))

@@ -355,7 +355,7 @@ class FedStrategy(Strategy, metaclass=Settings):
         """Flower API: the training messages for this round's sample. ``arrays`` (when given and not
         empty) is taken as the global model first: Flower's loop carries the model there, possibly
         changed by a wrapper (differential privacy); fedapp's own loop passes None."""
-        self.check_flower_loop("fit_round")
+        self.check_flower_loop("train_round")
         if arrays is not None and len(arrays):
             self.set_global_arrays(arrays)
         if not self.clients:  # Flower's loop does no discovery

@@ -205,7 +205,7 @@ class OwnHooks(Protocol):
     ``train_round`` / ``evaluate_round``; Flower's loop cannot drive such a strategy
     (``FedStrategy.check_flower_loop``)."""
 
-    def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]: ...
+    def train_round(self, server_round: int, grid: Grid) -> dict[str, float]: ...
     def evaluate_round(self, server_round: int, grid: Grid) -> dict[str, float]: ...
     def round_row(self, server_round: int) -> dict[str, Any]:
         """Entries of a training round's row besides aggregate_train's metrics (HCCT: the groups)."""
@@ -467,7 +467,7 @@ class Driver:
         ``REPLY_METRICS_MAX_KEYS`` and ``REPLY_RECORDS_MAX_BYTES``, else ``oversized``), and the
         ``reply-nonce`` of the message the partition was sent in this exchange (a reply made for
         another message, such as an earlier round's reply sent again, is dropped as ``replayed``).
-        Every multi-phase ``fit_round`` passes its
+        Every multi-phase ``train_round`` passes its
         replies through here, so no aggregation ever sees a bad one. A reply's ``num-examples``
         is capped by the split size the client reported at discovery, and replies carrying
         arrays are screened and clipped (:meth:`robust`).
@@ -760,9 +760,9 @@ class Driver:
         """One round of training: the strategy's configure_train (its ``begin("train")`` work, then
         the messages), the exchange, its aggregate_train (under ``dp``, those of Flower's DP wrapper
         around the strategy: strategies.privacy); the row's entries, with the strategy's own
-        ``round_row`` where it has one. A strategy with its own round (``OwnHooks.fit_round``) runs that."""
+        ``round_row`` where it has one. A strategy with its own round (``OwnHooks.train_round``) runs that."""
         strategy = self.strategy
-        if own := own_hook(strategy, "fit_round"):
+        if own := own_hook(strategy, "train_round"):
             return own(server_round, grid)
         if self.cfg.dp != "none":
             metrics = self.private_round(strategy, server_round, grid)

@@ -206,7 +206,7 @@ class PeFLL(FedStrategy):
                                   self.phase(server_round, "backprop"), lambda pid: spec)
         return {r.pid: list(r.payload["delta"].values()) for r in replies}
 
-    def fit_round(self, server_round: int, grid: Grid) -> dict[str, float]:
+    def train_round(self, server_round: int, grid: Grid) -> dict[str, float]:
         pids = self.driver.round_sample("train", server_round)
         v = self.descriptors(server_round, grid, pids)
         if v:

@@ -67,7 +67,7 @@ def test_a_message_without_a_setting_fails_naming_it(image_config, monkeypatch):
     config = {**FedProx.client_settings(cfg), "server-round": 1, "lr": 0.1}
     del config["proximal-mu"]
     with pytest.raises(ConfigError, match="lacks 'proximal-mu'"):
-        client.fit({"arrays": model_for(cfg).state_dict()}, config)
+        client.answer_train({"arrays": model_for(cfg).state_dict()}, config)
 
     monkeypatch.setattr(FedProx, "client_keys", ())  # a server that does not send it
     with pytest.raises(RuntimeError, match="no valid training reply in its first round.*lacks 'proximal-mu'"):

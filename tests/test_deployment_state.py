@@ -114,10 +114,10 @@ def test_a_failed_round_leaves_the_last_committed_state(failure, small_config, t
         raise OSError("crash")
 
     if failure == "training":  # the client has already changed its state when it fails
-        def end_fit(self, payload, config):
+        def after_train(self, payload, config):
             self.state["control"] = {k: v + 1 for k, v in self.scaffold.c_i.items()}
             crash()
-        monkeypatch.setattr(ScaffoldClient, "end_fit", end_fit)
+        monkeypatch.setattr(ScaffoldClient, "after_train", after_train)
     else:  # the process dies between writing the temporary file and renaming it
         monkeypatch.setattr(os, "replace", crash)
     msgs = [m for m in strategy.driver.messages(strategy.train_contents(2), MessageType.TRAIN)

@@ -379,7 +379,7 @@ def test_matches_authors_fedals_code():
                 config = {**strategy.client_config("train", k, server_round), "server-round": server_round,
                           "local-steps": 1 if rnd == 0 else tau}
                 client = FedALSClient(cfg, build_model("resnet20", (3, 32, 32), 10), data[k], states[k])
-                payload, metrics = client.fit(strategy.train_payload(k, server_round), config)
+                payload, metrics = client.answer_train(strategy.train_payload(k, server_round), config)
                 states[k] = client.state
                 replies.append(Reply(k, payload, metrics))
             strategy.aggregate(server_round, replies)

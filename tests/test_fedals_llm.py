@@ -123,7 +123,7 @@ def test_adamw_state_and_schedule_persist_between_rounds(golden_data, optimizer)
         model = tiny_model(len(tok))
         config = {**FedStrategy.client_settings(cfg), "lr": 0.01, "server-round": rnd, "local-steps": steps}
         client = FedAvgClient(cfg, model, data, state)
-        payload, _ = client.fit({"arrays": arrays}, config)
+        payload, _ = client.answer_train({"arrays": arrays}, config)
         return payload["arrays"], client.state
 
     once, state_once = fit(6, {}, init, 1)
@@ -151,7 +151,7 @@ def test_opt_client_holds_one_model_copy_and_two_adamw_moments(golden_data):
     data = ClientData(0, x[:4], torch.zeros(4, dtype=torch.long), x[:0], x[:0].long(), 3, (), (), False,
                       vocab_size=len(tok))
     client = FedALSClient(cfg, tiny_model(len(tok)), data, {})
-    reply, _ = client.fit(strategy.train_payload(0, 3), {**strategy.client_config("train", 0, 3), "server-round": 3})
+    reply, _ = client.answer_train(strategy.train_payload(0, 3), {**strategy.client_config("train", 0, 3), "server-round": 3})
 
     def numel(tensors):
         return sum(v.numel() for v in tensors.values())
@@ -190,7 +190,7 @@ def test_opt_client_step_holds_params_grads_and_two_moments_only(golden_data):
 
     def fit(states, server_round):  # the state handed over, as the ClientApp hands it (no reference kept)
         client = FedALSClient(cfg, tiny_model(len(tok)), data, states.pop())
-        client.fit(strategy.train_payload(0, server_round), {**strategy.client_config("train", 0, server_round),
+        client.answer_train(strategy.train_payload(0, server_round), {**strategy.client_config("train", 0, server_round),
                                                               "server-round": server_round})
         return client.state
     states = [fit([{}], 3)]  # a body round: the client now keeps its body and AdamW's state
@@ -238,7 +238,7 @@ def drive(alpha: int, rounds: int, golden_data, *, first_one_step: bool, tau: in
             config = {**strategy.client_config("train", k, server_round), "server-round": server_round,
                       "local-steps": 1 if first_one_step and rnd == 0 else tau}
             client = FedALSClient(cfg, tiny_model(len(tok)), data[k], states[k])
-            payload, metrics = client.fit(strategy.train_payload(k, server_round), config)
+            payload, metrics = client.answer_train(strategy.train_payload(k, server_round), config)
             states[k] = client.state
             replies.append(Reply(k, payload, metrics))
         strategy.aggregate(server_round, replies)

@@ -29,7 +29,7 @@ def test_fedavg_round_equals_weighted_average_of_local_training(small_config):
     states, weights = [], []
     for pid in range(cfg.num_clients):  # the same local training, without Flower
         client = FedAvgClient(cfg, model_for(cfg), client_data(cfg, pid))
-        payload, metrics = client.fit({"arrays": init}, {**FedAvg.client_settings(cfg), "server-round": 1, "lr": cfg.lr})
+        payload, metrics = client.answer_train({"arrays": init}, {**FedAvg.client_settings(cfg), "server-round": 1, "lr": cfg.lr})
         states.append(payload["arrays"])
         weights.append(metrics["num-examples"])
     expected = weighted_mean(states, weights)
@@ -76,14 +76,14 @@ def test_sampling_is_seeded_and_over_partition_ids(small_config):
 def test_a_failing_client_is_skipped(small_config, monkeypatch):
     import clients.base
 
-    real_fit = clients.base.FedClient.fit
+    real_fit = clients.base.FedClient.answer_train
 
     def fit(self, payload, config):
         if self.data.pid == 1:
             raise RuntimeError("disk on fire")
         return real_fit(self, payload, config)
 
-    monkeypatch.setattr(clients.base.FedClient, "fit", fit)
+    monkeypatch.setattr(clients.base.FedClient, "answer_train", fit)
     strategy = run_local({**small_config, "num-server-rounds": 1})
     row = strategy.history[-1]
     assert row["replies"] == 3 and row["dropped-replies"] == 1

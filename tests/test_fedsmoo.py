@@ -65,7 +65,7 @@ def test_fedsmoo_client_step_by_hand(simulator):
     # mu = s_hat - s = [3.3, 4.4]; w = anchor, lambda = 0, so the step is g(w + s_hat) = [3.3, 4.8]
     assert torch.allclose(client.mu["w"], torch.tensor([3.3, 4.4]))
     assert torch.allclose(client.model.w.detach(), torch.tensor([2.67, 1.52]))
-    client.end_fit(payload, {})
+    client.after_train(payload, {})
     # lambda_i = -(w_i - w) / beta = [0.33, 0.48] / 2; s_tilde = mu - s_hat = [3, 4] (simulator: mu)
     assert torch.allclose(client.state["dual"]["w"], torch.tensor([0.165, 0.24]))
     assert torch.allclose(client.state["perturbation-dual"]["w"], torch.tensor([3.3, 4.4]))

@@ -35,7 +35,7 @@ METHODS = {
 
 
 def run_fedapp(strategy_name: str, extra: dict) -> list[np.ndarray]:
-    """The simulator's setting through fedapp's strategy and clients (each client's ``fit`` as the
+    """The simulator's setting through fedapp's strategy and clients (each client's ``answer_train`` as the
     ClientApp calls it, its state carried between rounds); the global model after each round."""
     cfg = parse_run_config({
         "strategy": strategy_name, "num-clients": S["clients"], "fraction-train": 1.0, "lr": S["lr"],
@@ -60,7 +60,7 @@ def run_fedapp(strategy_name: str, extra: dict) -> list[np.ndarray]:
             cdata = ClientData(pid, torch.from_numpy(x[pid]), torch.from_numpy(y[pid]), torch.zeros(0, *S["shape"]),
                                torch.zeros(0, dtype=torch.int64), S["classes"], (), (), False)
             client = spec.client(cfg, model(), cdata, state=states.get(pid))
-            payload, metrics = client.fit(strategy.train_payload(pid, rnd),
+            payload, metrics = client.answer_train(strategy.train_payload(pid, rnd),
                                           {**strategy.client_config("train", pid, rnd), "server-round": rnd})
             states[pid] = client.state
             replies.append(Reply(pid, payload, metrics))

@@ -40,7 +40,7 @@ def test_lr_decay_per_method_in_one_config():
 
 def run_one_step(client, lr):
     client.loader = lambda seed: SimpleNamespace(next_batch=lambda: (None, None))
-    client.train(1, lr, seed=0)
+    client.local_sgd(1, lr, seed=0)
 
 
 def test_grad_clip_before_weight_decay_by_hand():

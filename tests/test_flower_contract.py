@@ -128,9 +128,9 @@ def test_what_a_strategy_cannot_honour_fails_in_one_line(small_config):
     with pytest.raises(ValueError, match="initial_arrays keys") as err:
         fedavg.start(grid, initial_arrays=to_record(wrong))
     # more than one configure/aggregate pair a round (PeFLL: three round trips a step)
-    assert own_hook(PeFLL, "fit_round") is PeFLL.fit_round and own_hook(FedStrategy, "fit_round") is None
+    assert own_hook(PeFLL, "train_round") is PeFLL.train_round and own_hook(FedStrategy, "train_round") is None
     pefll = object.__new__(PeFLL)  # what check_flower_loop reads: the class
-    with pytest.raises(RuntimeError, match="PeFLL has its own fit_round") as err:
+    with pytest.raises(RuntimeError, match="PeFLL has its own train_round") as err:
         pefll.configure_train(1, ArrayRecord(), ConfigRecord(), grid)  # Flower's loop's first call
     assert "\n" not in str(err.value)
 

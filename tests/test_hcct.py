@@ -120,13 +120,13 @@ def test_per_client_alpha_by_hand():
 def record_payloads(monkeypatch):
     """(round, pid) -> the arrays the client received for training."""
     seen = {}
-    real_fit = clients.base.FedClient.fit
+    real_fit = clients.base.FedClient.answer_train
 
     def fit(self, payload, config):
         seen[(int(config["server-round"]), self.data.pid)] = {k: v.clone() for k, v in payload["arrays"].items()}
         return real_fit(self, payload, config)
 
-    monkeypatch.setattr(clients.base.FedClient, "fit", fit)
+    monkeypatch.setattr(clients.base.FedClient, "answer_train", fit)
     return seen
 
 

@@ -28,7 +28,7 @@ from tests.test_pefll import image_config, run_recorded  # noqa: F401  (fixture)
 def trained(cfg, pid, state, steps=30):
     client = FedAvgClient(cfg, model_for(cfg), client_data(cfg, pid))
     config = {**FedAvg.client_settings(cfg), "local-steps": steps, "server-round": 1, "lr": 0.1}
-    return client.fit({"arrays": state}, config)[0]["arrays"]
+    return client.answer_train({"arrays": state}, config)[0]["arrays"]
 
 
 def test_independent_is_local_training(small_config):
@@ -37,7 +37,7 @@ def test_independent_is_local_training(small_config):
     cfg = parse_run_config(run_config)
     init = model_for(cfg).state_dict()
     for pid in range(4):
-        alone = FedAvgClient(cfg, model_for(cfg), client_data(cfg, pid)).fit(
+        alone = FedAvgClient(cfg, model_for(cfg), client_data(cfg, pid)).answer_train(
             {"arrays": init}, {**FedAvg.client_settings(cfg), "server-round": 1, "lr": cfg.lr})[0]["arrays"]
         for k, v in alone.items():
             assert torch.allclose(strategy.models[pid][k], v, atol=1e-6)
@@ -126,7 +126,7 @@ def test_ifca_and_flsc_clients_pick_the_lowest_loss_models(small_config):
     far = {k: v * 3 for k, v in init.items()}  # a worse model than the initial one
     payload = {"model-0": far, "model-1": good, "model-2": init}
     client = IFCAClient(cfg, model_for(cfg), client_data(cfg, 0))
-    _, metrics = client.fit(payload, {**IFCA.client_settings(cfg), "server-round": 2, "lr": 0.1, "chosen": 1})
+    _, metrics = client.answer_train(payload, {**IFCA.client_settings(cfg), "server-round": 2, "lr": 0.1, "chosen": 1})
     assert metrics["cluster-mask"] == 0b010
     client = IFCAClient(cfg, model_for(cfg), client_data(cfg, 0))
     client.config = {"chosen": 2}
@@ -170,7 +170,7 @@ def test_fedfa_client_reports_the_received_models_training_accuracy_loading_it_o
     client = FedFAClient(cfg, model_for(cfg), d)
     loads = []
     client.load_tensors = lambda tensors, load=client.load_tensors: loads.append(1) or load(tensors)
-    reply, metrics = client.fit({"arrays": received}, {**FedFA.client_settings(cfg), "server-round": 1, "lr": 0.1})
+    reply, metrics = client.answer_train({"arrays": received}, {**FedFA.client_settings(cfg), "server-round": 1, "lr": 0.1})
     model = model_for(cfg)
     model.load_state_dict(received)
     by_hand = evaluate(model, d.train_x, d.train_y, mean=d.mean, std=d.std)["accuracy"]
@@ -184,10 +184,10 @@ def test_maxfl_client_joins_only_when_the_global_model_is_good_enough(small_conf
     own = trained(cfg, 0, init)
     settings = MaxFL.client_settings(cfg)
     client = MaxFLClient(cfg, model_for(cfg), client_data(cfg, 0), state={"local": own})
-    _, metrics = client.fit({"arrays": init}, {**settings, "server-round": 2, "lr": 0.1})
+    _, metrics = client.answer_train({"arrays": init}, {**settings, "server-round": 2, "lr": 0.1})
     assert metrics["joined"] == 0  # its own model has the lower loss: it keeps training that one
     client = MaxFLClient(cfg, model_for(cfg), client_data(cfg, 0), state={"local": init})
-    _, metrics = client.fit({"arrays": own}, {**settings, "server-round": 2, "lr": 0.1})
+    _, metrics = client.answer_train({"arrays": own}, {**settings, "server-round": 2, "lr": 0.1})
     assert metrics["joined"] == 1
     assert math.isclose(cfg.algo("margin"), 0.0)
     # evaluation follows the same rule: a client whose own model is better is evaluated with it

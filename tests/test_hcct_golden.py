@@ -34,10 +34,10 @@ def run_ours(alpha: float, first_round: str = "global") -> list[dict]:
         clients[pid] = HCCTClient(cfg, build_model("logreg", (6,), 3), data)
         strategy.clients[pid] = ClientInfo(pid, len(y), 0, False)
     epochs = []
-    for rnd in range(1, cfg.num_server_rounds + 1):  # fit_round without the message exchange
+    for rnd in range(1, cfg.num_server_rounds + 1):  # train_round without the message exchange
         strategy.groups = strategy.partition(rnd, sorted(clients))
         strategy.starts = {g: strategy.group_start(g) for g in strategy.groups}
-        replies = [Reply(pid, *c.fit(strategy.train_payload(pid, rnd), {**strategy.client_config("train", pid, rnd), "server-round": rnd}))
+        replies = [Reply(pid, *c.answer_train(strategy.train_payload(pid, rnd), {**strategy.client_config("train", pid, rnd), "server-round": rnd}))
                    for pid, c in clients.items()]
         strategy.aggregate(rnd, replies)
         epochs.append({"groups": sorted(list(g) for g in strategy.groups), "models": dict(strategy.models)})

@@ -39,7 +39,7 @@ def test_local_clients_train_alone_and_send_nothing(image_config):
     row = strategy.history[-1]
     assert row["replies"] == 6 and row["train-params-down"] == row["train-params-up"] == 0
     client = FedAvgClient(cfg, model_for(cfg), client_data(cfg, 2))  # the same training, without Flower
-    expected, _ = client.fit({"arrays": model_for(cfg).state_dict()},
+    expected, _ = client.answer_train({"arrays": model_for(cfg).state_dict()},
                              {**Local.client_settings(cfg), "server-round": 1, "lr": cfg.lr})
     kept = grid.contexts[103].state["state.model"]
     for k, v in expected["arrays"].items():
@@ -59,7 +59,7 @@ def test_fedrep_averages_bodies_and_keeps_heads(image_config):
     for pid in seen:  # head steps with the body frozen, then body steps with the head frozen
         c = FedRepClient(cfg, model_for(cfg), client_data(cfg, pid))
         init = model_for(cfg).state_dict()
-        out, m = c.fit({"body": {k: init[k] for k in body}}, {**FedRep.client_settings(cfg), "server-round": 1, "lr": cfg.lr,
+        out, m = c.answer_train({"body": {k: init[k] for k in body}}, {**FedRep.client_settings(cfg), "server-round": 1, "lr": cfg.lr,
                                                                "head-steps": 2, "head-epochs": 0})
         assert not torch.equal(c.state["head"]["fc.weight"], init["fc.weight"])
         bodies.append(out["body"])
@@ -225,7 +225,7 @@ def golden_replies(name, client_cls, strategy_cls, check):
     replies = []
     for pid in range(2):
         cfg, c, config = golden_client(name, client_cls, strategy_cls, pid)
-        out, m = c.fit({"arrays": initial()}, config)
+        out, m = c.answer_train({"arrays": initial()}, config)
         check(pid, out, c)
         replies.append(Reply(pid, out, m))
     return cfg, replies
@@ -287,7 +287,7 @@ def test_perfedavg_fine_tunes_every_client_and_averages_unweighted(image_config)
     replies = []
     for pid in seen:  # 4 batches: 2 first-order iterations from the initial model
         c = PerFedAvgClient(cfg, model_for(cfg), client_data(cfg, pid))
-        out, m = c.fit({"arrays": model_for(cfg).state_dict()},
+        out, m = c.answer_train({"arrays": model_for(cfg).state_dict()},
                        {**PerFedAvg.client_settings(cfg), "server-round": 1, "lr": cfg.lr})
         replies.append(out["arrays"])
     for k, v in weighted_mean(replies, [1.0] * len(seen)).items():  # every client counts once
@@ -311,7 +311,7 @@ def test_pfedme_keeps_theta_mixes_w_and_fits_new_clients(image_config):  # noqa:
     ws, ns = [], []
     for pid in seen:
         c = PFedMeClient(cfg, model_for(cfg), client_data(cfg, pid))
-        out, m = c.fit({"arrays": init}, {**PFedMe.client_settings(cfg), "server-round": 1, "lr": cfg.lr})
+        out, m = c.answer_train({"arrays": init}, {**PFedMe.client_settings(cfg), "server-round": 1, "lr": cfg.lr})
         ws.append(out["arrays"])
         ns.append(m["num-examples"])
         kept = grid.contexts[101 + pid].state["state.personal"]

@@ -69,7 +69,7 @@ def golden_run(tmp_path, monkeypatch):
     monkeypatch.setattr(PeFLLClient, "loader", lambda self, seed: Loader(self))
     monkeypatch.setattr(Driver, "round_sample", lambda self, phase, rnd: GOLDEN["sampled"][rnd - 1])
 
-    real_init, real_fit = PeFLL.__init__, PeFLL.fit_round
+    real_init, real_fit = PeFLL.__init__, PeFLL.train_round
     snapshots, inputs = [], []
 
     def init(self, *args, **kwargs):
@@ -87,7 +87,7 @@ def golden_run(tmp_path, monkeypatch):
         return out
 
     monkeypatch.setattr(PeFLL, "__init__", init)
-    monkeypatch.setattr(PeFLL, "fit_round", fit)
+    monkeypatch.setattr(PeFLL, "train_round", fit)
     config = {
         "strategy": "pefll", "dataset": "imagefolder", "data-dir": str(tmp_path / "tree"), "model": "lenet",
         "partition": "iid",  # unused: the clients get the recorded data

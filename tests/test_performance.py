@@ -317,7 +317,7 @@ def test_channels_last_training_gives_nchw_batches_values_and_model_up_to_roundi
                            ClientData(0, x, y, x[:0], y[:0], 10, mean, std, True), device="cpu")
         client.config = {"batch-size": 32, "optimizer": "sgd", "momentum": 0.9, "weight-decay": 0.0, "grad-clip": 0.0,
                          "augment-recipe": "standard", "lr-schedule": "constant"}
-        client.train(6, 0.05, seed=2)
+        client.local_sgd(6, 0.05, seed=2)
         models[cl] = client.model_tensors()
     for k, v in models[False].items():  # the same six steps, rounded differently
         assert v.is_contiguous() and models[True][k].is_contiguous()

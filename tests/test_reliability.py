@@ -207,11 +207,11 @@ def test_too_few_valid_replies_leave_the_state_unchanged(config):
 # ---- client-side faults ------------------------------------------------------------------------
 @pytest.mark.parametrize("name", strategies("scaffold"))
 def test_a_client_failing_mid_round_keeps_its_last_committed_state(name, config, monkeypatch):
-    """Partition 1 raises in round 2 after end_fit already changed its state: nothing of that round
+    """Partition 1 raises in round 2 after after_train already changed its state: nothing of that round
     is committed, and round 3 starts from round 1's state."""
     cls = registry.get(name).client
     seen: dict[int, dict] = {}
-    real_fit, real_reply = cls.fit, cls.reply
+    real_fit, real_reply = cls.answer_train, cls.reply
 
     def fit(self, payload, cfg):
         if self.data.pid == 1:
@@ -220,10 +220,10 @@ def test_a_client_failing_mid_round_keeps_its_last_committed_state(name, config,
 
     def reply(self, payload, cfg):
         if self.data.pid == 1 and int(cfg["server-round"]) == 2:
-            raise RuntimeError("killed after end_fit")
+            raise RuntimeError("killed after after_train")
         return real_reply(self, payload, cfg)
 
-    monkeypatch.setattr(cls, "fit", fit)
+    monkeypatch.setattr(cls, "answer_train", fit)
     monkeypatch.setattr(cls, "reply", reply)
     strategy, grid = run(config(name, **{"num-server-rounds": 3, "fraction-evaluate": 0.0}))
     assert [r["dropped-replies"] for r in strategy.history[1:]] == [0, 1, 0]

@@ -3,7 +3,7 @@
 The client class (see ``clients/``) is chosen by the run config's ``strategy``. What
 must outlive a message (duals, control variates, private bodies or heads) lives in
 ``context.state`` as ArrayRecords named ``state.<name>``; it is replaced only after
-``fit`` returned, so a client that fails mid-round keeps its last committed state.
+``answer_train`` returned, so a client that fails mid-round keeps its last committed state.
 
 Client state is versioned by round: a training message of round t commits version t, and every
 message names the version to start from (``state-round``: the round of this client's last
@@ -304,7 +304,7 @@ def answer_train(msg: Message, context: Context, cfg: RunConfig, client_for) -> 
     client = client_for(state)
     del state  # the client's now: what it drops while training (FedALS's loaded body) is freed
     config = _config(msg)
-    payload, metrics = client.fit(payload_of(msg.content), config)
+    payload, metrics = client.answer_train(payload_of(msg.content), config)
     if client.state:
         version = int(config["server-round"])
         commit_state(context, cfg, client.state, run_key(msg), version, keep=(int(config.get("state-keep", 0)),))

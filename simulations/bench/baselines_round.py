@@ -58,7 +58,7 @@ def main() -> None:
         train, evaluate = [], []
         for _ in range(a.repeats + 1):  # the first repeat warms the caches
             client = spec.client(cfg, model_for(cfg, data), data)
-            train.append(cpu_seconds(lambda: client.fit(payload, train_config)))
+            train.append(cpu_seconds(lambda: client.answer_train(payload, train_config)))
             evaluate.append(cpu_seconds(lambda: client.evaluate(strategy.broadcast_payload("evaluate", 1), eval_config)))
         rows[name] = {"train": statistics.median(train[1:]), "evaluate": statistics.median(evaluate[1:])}
     base = rows["fedavg"]

@@ -55,7 +55,7 @@ def main() -> None:
 
     def loop() -> float:
         t0 = time.process_time()
-        client.train(a.steps, cfg.lr, seed=1)
+        client.local_sgd(a.steps, cfg.lr, seed=1)
         return time.process_time() - t0
 
     def batch() -> float:

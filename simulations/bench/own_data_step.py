@@ -52,7 +52,7 @@ def client_for(run_config: dict):
 
 
 def bare_seconds(client, steps: int, seed: int, lr: float) -> float:
-    """The same batches as ``client.train(steps, lr, seed)`` draws, through a bare loop."""
+    """The same batches as ``client.local_sgd(steps, lr, seed)`` draws, through a bare loop."""
     loader = client.loader(seed)
     perms = []
     while sum(len(p) for p in perms) < steps * loader.batch_size:
@@ -74,7 +74,7 @@ def bare_seconds(client, steps: int, seed: int, lr: float) -> float:
 
 def client_seconds(client, steps: int, seed: int, lr: float) -> float:
     t0 = time.perf_counter()
-    client.train(steps, lr, seed)
+    client.local_sgd(steps, lr, seed)
     return time.perf_counter() - t0
 
 
