@@ -1,6 +1,6 @@
 """FLSC: soft clustering, each client averages its N_g best of k models."""
 
-from clients.ifca import FLSC
+import clients.ifca
 from fedapp.core.config import ConfigError, RunConfig
 from strategies.ifca import IFCA
 
@@ -12,7 +12,7 @@ class FLSC(IFCA):
     their average sum_{j in S_i} w_j / N_g, and its model joins the average of every w_j, j in S_i.
     """
 
-    config_prefix, config_keys, client_keys = FLSC
+    config_prefix, config_keys, client_keys = clients.ifca.FLSC  # the class shares the declaration's name
 
     @classmethod
     def check_config(cls, cfg: RunConfig) -> None:

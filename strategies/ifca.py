@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from clients.ifca import IFCA
+import clients.ifca
 from fedapp.core.aggregation import weighted_mean
 from fedapp.core.config import RunConfig
 from fedapp.core.experiment import model_for
@@ -23,7 +23,7 @@ class IFCA(FedStrategy):
     w_j = sum_{i: j in S_i} n_i w_i / sum_{i: j in S_i} n_i (unchanged when nobody chose j).
     """
 
-    config_prefix, config_keys, client_keys = IFCA
+    config_prefix, config_keys, client_keys = clients.ifca.IFCA  # the class shares the declaration's name
     checkpoint_attrs = ("cluster_models", "choices")
     global_model = False  # k cluster models
 
