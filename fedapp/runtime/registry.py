@@ -105,7 +105,6 @@ def of(strategy: type) -> AlgorithmSpec:
     raise KeyError(f"{strategy.__name__} is no registered strategy and derives from none")
 
 
-
 def client(name: str) -> type:
     """The client class of algorithm ``name``, from its declaration (no strategy imported)."""
     return declared()[name][1]
