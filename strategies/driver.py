@@ -162,6 +162,12 @@ def sample_size(pool: int, fraction: float, min_nodes: int) -> int:
     return min(pool, max(min_nodes, int(round(fraction * pool))))
 
 
+def updates_norm(updates: Mapping[tuple[str, str], tuple[torch.Tensor, torch.Tensor | None]]) -> float:
+    """L2 norm of (value, reference) pairs' differences (a reference None counts as zeros), in float64."""
+    return math.sqrt(sum(float(((v.double() - (0.0 if r is None else r.double())) ** 2).sum())
+                         for v, r in updates.values()))
+
+
 class RoundHooks(Protocol):
     """What the driver reads and calls on the strategy it runs (``strategies.base.FedStrategy``
     implements it): the settings and algorithm state it keeps, Flower's configure/aggregate pair
@@ -536,18 +542,18 @@ class Driver:
 
     def update_norm(self, reply: Reply) -> float:
         """L2 norm of the reply's update (its float arrays less their references), in float64."""
-        return math.sqrt(sum(float(((v.double() - (0.0 if r is None else r.double())) ** 2).sum())
-                             for v, r in self.reply_updates(reply).values()))
+        return updates_norm(self.reply_updates(reply))
 
-    def median_cosines(self, replies: list[Reply]) -> list[float]:
-        """Cosine of each reply's model update (its arrays less the records it was sent; records that
-        are updates themselves, such as deltas and descriptors, left out) with the coordinate-wise
-        median of those updates over the replies that were sent the same model (HCCT's groups,
-        cluster models and personal models are compared only within their own model); 1 where a
-        reply has no such update or its model went to fewer than 3 replies."""
-        pairs = [self.reply_updates(r) for r in replies]
+    @staticmethod
+    def median_cosines(pairs: list[dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor | None]]]) -> list[float]:
+        """Cosine of each reply's model update (``pairs``: each reply's ``reply_updates``; its arrays
+        less the records it was sent; records that are updates themselves, such as deltas and
+        descriptors, left out) with the coordinate-wise median of those updates over the replies that
+        were sent the same model (HCCT's groups, cluster models and personal models are compared only
+        within their own model); 1 where a reply has no such update or its model went to fewer than 3
+        replies."""
         keys = [k for k in pairs[0] if all(p.get(k, (None, None))[1] is not None for p in pairs)]
-        out = [1.0] * len(replies)
+        out = [1.0] * len(pairs)
         # per key, each reply's class of the arrays it was sent (equal arrays, one class); a key whose
         # replies were all sent their own arrays (a personal model or head) has no common direction
         classes: dict[tuple[str, str], list[int]] = {}
@@ -602,8 +608,9 @@ class Driver:
         factor, clip = self.cfg.screen_factor, self.cfg.clip_norm
         if not replies or not (factor or clip or self.cfg.clip_median or self.cfg.screen_direction):
             return replies
-        cosines = self.median_cosines(replies) if self.cfg.screen_direction else None
-        norms = [self.update_norm(r) for r in replies]
+        pairs = [self.reply_updates(r) for r in replies]  # each reply's arrays and what it was sent, once
+        cosines = self.median_cosines(pairs) if self.cfg.screen_direction else None
+        norms = [updates_norm(p) for p in pairs]
         median = sorted(norms)[(len(norms) - 1) // 2]
         bounds = [clip or math.inf]
         if self.cfg.clip_median and median > 0:
@@ -612,13 +619,13 @@ class Driver:
             bounds.append(factor * median)
         bound = min(bounds)
         kept = []
-        for i, (r, norm) in enumerate(zip(replies, norms)):
-            if cosines is not None and cosines[i] <= 0:
+        for r, pair, cosine, norm in zip(replies, pairs, cosines or [1.0] * len(replies), norms):
+            if cosine <= 0:
                 self.drop("against-median", pid=r.pid,
-                          detail=f"against-median: update at cosine {cosines[i]:.3g} with the median update")
+                          detail=f"against-median: update at cosine {cosine:.3g} with the median update")
                 continue
             if norm > bound:
-                for (name, k), (v, ref) in self.reply_updates(r).items():
+                for (name, k), (v, ref) in pair.items():
                     base = 0.0 if ref is None else ref.double()
                     r.payload[name][k] = (base + bound / norm * (v.double() - base)).to(v.dtype)
                 self.clipped += 1
