@@ -3,10 +3,12 @@
 same strategy's run without attackers.
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python simulations/attacks.py --out attacks.json --results-dir OUT
+    PYTHONPATH=. python simulations/attacks.py --table --out attacks.json  # its table for the page
 
 Every run is in process (``fedapp.runtime.inprocess``), one after the other, single-threaded; the JSON is
 rewritten after each run, so a stopped sweep keeps what it measured, and the same command resumes it.
-``--small`` is the CI scale (synthetic data, a few rounds; ``tests/test_security_robust.py``).
+``--small`` is the CI scale (synthetic data, a few rounds; ``tests/test_security_robust.py``); its
+sweep of the page is CI_SWEEP.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from fedapp.runtime.registry import parse_run_config
 from fedapp.runtime.faults import faulty_partitions
 from fedapp.runtime.inprocess import run_local
 
+#: the CI-scale sweep whose table docs/reliability.md shows (``--small``, every strategy, attack and option)
+CI_SWEEP = Path(__file__).parent / "reliability" / "attacks-ci.json"
 #: the page's setting: MNIST, 10 IID clients, every client every round; an MLP, 20 local steps of
 #: batch 32 at lr 0.05 (PeFLL: k = local-steps on the MLP it generates)
 SETTING = {"dataset": "mnist", "partition": "iid", "model": "mlp", "num-clients": 10, "num-server-rounds": 10,
@@ -150,6 +154,27 @@ def table(setting: dict, results_dir: str, strategies=STRATEGIES, attacks=ATTACK
     return rows
 
 
+def page_table(rows: list[dict]) -> str:
+    """docs/reliability.md's table of ``rows`` (``table``'s): per strategy and attacker fraction, each
+    attack's drop in points under the five options in OPTIONS' order ("err": the run raised, "div": no
+    finite accuracy), beside the accuracy without attackers under the default (the plain mean)."""
+    clean, cells = {}, {}
+    for r in rows:
+        if r["attack"] is None:
+            clean[r["strategy"], r["option"]] = r["accuracy"]
+        else:
+            cells[r["strategy"], r["attackers"], r["attack"], r["option"]] = (
+                "err" if r.get("error") else "div" if r["drop"] is None else f"{100 * r['drop']:.1f}")
+    lines = ["| strategy | no attackers: default (plain mean) | attackers | " + " | ".join(ATTACKS) + " |",
+             "|---|---|---|" + "---|" * len(ATTACKS)]
+    for strategy in dict.fromkeys(k[0] for k in cells):
+        for fraction in sorted({k[1] for k in cells if k[0] == strategy}):
+            drops = [" / ".join(cells.get((strategy, fraction, a, o), "-") for o in OPTIONS) for a in ATTACKS]
+            lines.append(f"| {strategy} | {clean[strategy, 'default']:.4f} ({clean[strategy, 'none']:.4f}) | "
+                         f"{round(100 * fraction)}% | " + " | ".join(drops) + " |")
+    return "\n".join(lines)
+
+
 def counts(strategy) -> dict[str, int]:
     """The run's dropped and clipped replies over all its rounds."""
     return {"dropped": sum(r.get("dropped-replies", 0) for r in strategy.history),
@@ -159,14 +184,20 @@ def counts(strategy) -> dict[str, int]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--results-dir", required=True)
+    p.add_argument("--results-dir", help="where the runs' results go (required to run)")
     p.add_argument("--small", action="store_true", help="the CI scale (synthetic data, 4 rounds)")
     p.add_argument("--strategies", default=",".join(STRATEGIES))
     p.add_argument("--attacks", default=",".join(ATTACKS))
     p.add_argument("--options", default=",".join(OPTIONS), help="comma-separated names of OPTIONS")
     p.add_argument("--fractions", default="0.3,0.6")
     p.add_argument("--rounds", type=int, default=0, help="num-server-rounds (0: the setting's; times ROUNDS)")
+    p.add_argument("--table", action="store_true", help="print the page's table of --out and run nothing")
     a = p.parse_args()
+    if a.table:
+        print(page_table(json.loads(a.out.read_text())["rows"]))
+        return
+    if not a.results_dir:
+        p.error("--results-dir is required to run the table")
     torch.set_num_threads(1)
     setting = dict(SMALL if a.small else SETTING)
     if a.rounds:

@@ -250,6 +250,21 @@ def test_attack_table_runs_at_the_ci_scale(tmp_path, monkeypatch):
     assert runs == [0.0, 0.0]
 
 
+def test_the_page_table_is_the_committed_sweep():
+    """docs/reliability.md's attack table is printed from the committed CI-scale sweep, which covers
+    every strategy, attack, option and fraction of the script, and in which the default keeps every
+    strategy within 5 points of its run without attackers under every attack at 30%."""
+    sweep = json.loads(attacks.CI_SWEEP.read_text())
+    assert sweep["setting"] == attacks.SMALL
+    rows = sweep["rows"]
+    assert attacks.page_table(rows) in (attacks.CI_SWEEP.parents[2] / "docs" / "reliability.md").read_text()
+    attacked = {(r["strategy"], r["option"], r["attack"], r["attackers"]) for r in rows if r["attack"]}
+    assert attacked == {(s, o, a, f) for s in attacks.STRATEGIES for o in attacks.OPTIONS
+                        for a in attacks.ATTACKS for f in (0.3, 0.6)}
+    default = [r for r in rows if r["option"] == "default" and r["attackers"] == 0.3]
+    assert len(default) == 30 and all(r["drop"] <= 0.05 for r in default)
+
+
 def test_attack_table_measures_pefll_on_its_honest_clients_own_models(tmp_path):
     """PeFLL has no central model: its accuracy in the attack table is the mean of the last evaluation's
     client accuracies (clients.csv) over the clients that are not attackers."""

@@ -211,9 +211,10 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("screen-factor", float, 3.0, "Scale a training reply whose update norm exceeds this many times the "
         "exchange's lower median down to that bound (3 replies or more; counted in clipped-replies; 0: off; "
         "the papers' settings: 0).", low=0.0),
-    Key("screen-direction", bool, True, "Drop a training reply whose model update points away from the "
-        "coordinate-wise median update of the replies sent the same model (cosine <= 0; 3 replies or more). "
-        "It can drop honest clients of very heterogeneous data (the papers' settings: false)."),
+    Key("screen-direction", bool, True, "Drop a training reply whose model update is no closer to the "
+        "coordinate-wise median of the other replies' updates (among those sent the same model, 3 or more) "
+        "than a random direction, where the round's replies share a direction and it is an outlier among "
+        "them (the papers' settings: false)."),
     Key("clip-norm", float, 0.0, "Scale every training reply's update down to at most this L2 norm (0: off).", low=0.0),
     Key("clip-median", float, 0.0, "Scale every training reply's update down to at most this many times the "
         "exchange's median update norm (centered clipping at an adaptive radius; 0: off).", low=0.0),
