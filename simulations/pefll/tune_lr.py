@@ -8,7 +8,8 @@ method of a setting folder (its ``<method>.toml``) runs one probe per lr of ``--
 evaluated once at the end; a probe's score is the seen clients' pooled accuracy on their validation
 splits (``fed-seen-val-accuracy``: the ``pfedhn`` partition's held-out 100 images a client, never
 trained on; masked as the setting evaluates). The winner of each method is the highest score (ties:
-the smaller lr). Probes and winners go to ``--out`` (default results/pefll/<setting>/lr-grid.json) as
+the smaller lr); a probe that stops (every reply non-finite: it diverged) is stored with score null
+and the reason, and bounds the grid as a probe that lost. Probes and winners go to ``--out`` (default results/pefll/<setting>/lr-grid.json) as
 they end; a probe already there with the same probe settings is not run again.
 
     python simulations/pefll/tune_lr.py simulations/pefll/cifar10-100c-authors \
@@ -61,15 +62,20 @@ def main() -> None:
                 "checkpoint-every": 0, "results-dir": str(out.parent / "lr-probes"),
                 "run-name": f"{method}-lr{lr:g}-s{args.seed}"}
             t0 = time.time()
-            last = run_local(cfg).history[-1]
+            try:
+                last = run_local(cfg).history[-1]
+            except RuntimeError as exc:  # diverged: every reply non-finite, the run stopped
+                last, stopped = {SCORE: None}, str(exc).splitlines()[0]
+            else:
+                stopped = None
             if SCORE not in last:
                 sys.exit(f"{method}: the probe reports no {SCORE} (a setting without validation splits?)")
             scores[lr] = last[SCORE]
             doc["probes"].append({"method": method, "lr": lr, "score": scores[lr],
-                                  "seconds": round(time.time() - t0, 1)})
+                                  "seconds": round(time.time() - t0, 1), **({"stopped": stopped} if stopped else {})})
             out.write_text(json.dumps(doc, indent=1) + "\n")
             print(json.dumps(doc["probes"][-1]), flush=True)
-        best = max(sorted(scores), key=scores.get)
+        best = max((lr for lr in sorted(scores) if scores[lr] is not None), key=scores.get)
         doc["winner"][method] = {"lr": best, "at-edge": best in (min(scores), max(scores))}
         out.write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc["winner"]))

@@ -1,0 +1,40 @@
+"""PeFLL's baseline lr grid (simulations/pefll/tune_lr.py): scores, a diverged probe, the winner's edge flag."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_diverged_probe_is_stored_and_bounds_the_winner(tmp_path, monkeypatch):
+    """A probe whose run stops (every reply non-finite) is stored with score null and its reason, is not
+    run again, and makes the best finite lr below it an interior winner."""
+    spec = importlib.util.spec_from_file_location("tune_lr", ROOT / "simulations/pefll/tune_lr.py")
+    tune = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tune)
+    scores, ran = {0.01: 0.66, 0.03: 0.73, 0.1: 0.79}, []
+
+    class Done:  # what run_local returns: a strategy with its history; lr 0.3 diverges
+        def __init__(self, config):
+            ran.append(config["lr"])
+            if config["lr"] == 0.3:
+                raise RuntimeError("round 4: no valid training reply in 3 rounds in a row (max-empty-rounds)\nmore")
+            self.history = [{"round": 5, tune.SCORE: scores[config["lr"]]}]
+
+    monkeypatch.setattr(tune, "run_local", Done)
+    (tmp_path / "pfedme.toml").write_text('strategy = "pfedme"\n')
+    out = tmp_path / "grid.json"
+    argv = ["tune_lr.py", str(tmp_path), "--methods", "pfedme", "--rounds", "5", "--out", str(out), "--grid"]
+    monkeypatch.setattr(sys, "argv", argv + ["0.01", "0.03", "0.1"])
+    tune.main()
+    assert json.loads(out.read_text())["winner"]["pfedme"] == {"lr": 0.1, "at-edge": True}
+    monkeypatch.setattr(sys, "argv", argv + ["0.3"])
+    tune.main()
+    doc = json.loads(out.read_text())
+    assert ran == [0.01, 0.03, 0.1, 0.3]
+    assert {k: v for k, v in doc["probes"][-1].items() if k != "seconds"} == {
+        "method": "pfedme", "lr": 0.3, "score": None,
+        "stopped": "round 4: no valid training reply in 3 rounds in a row (max-empty-rounds)"}
+    assert doc["winner"]["pfedme"] == {"lr": 0.1, "at-edge": False}
