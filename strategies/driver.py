@@ -612,12 +612,11 @@ class Driver:
         """The direction screen (``screen-direction``: a reply whose model update is no closer to the
         coordinate-wise median of the other replies' updates, among those sent the same model, than a
         random direction would be, and an outlier among the round's cosines, is dropped;
-        ``median_cosines``) and the norm
-        bound: a reply whose update norm exceeds the smallest of ``clip-norm``, ``clip-median`` times
-        the exchange's lower median norm and ``screen-factor`` times that median is scaled down to it
-        against what it was sent, and counted in the round's ``clipped-replies``. Replies within the
-        bound are left as received, so an honest run whose update norms stay within it is bit-identical
-        to the plain mean's.
+        ``median_cosines``) and the norm bound: a reply whose update norm exceeds the smallest of
+        ``clip-norm``, ``clip-median`` times the exchange's lower median norm and ``screen-factor``
+        times that median is scaled down to it against what it was sent, and counted in the round's
+        ``clipped-replies``. Replies within the bound are left as received, so an honest run whose
+        update norms stay within it and whose direction passes is bit-identical to the plain mean's.
 
         The default defence is ``screen-factor`` 3 with the direction screen. The norm bound clips
         instead of dropping, as FLAME's adaptive clipping at the round's median norm (Nguyen et al.,
