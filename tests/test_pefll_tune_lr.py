@@ -38,3 +38,4 @@ def test_a_diverged_probe_is_stored_and_bounds_the_winner(tmp_path, monkeypatch)
         "method": "pfedme", "lr": 0.3, "score": None,
         "stopped": "round 4: no valid training reply in 3 rounds in a row (max-empty-rounds)"}
     assert doc["winner"]["pfedme"] == {"lr": 0.1, "at-edge": False}
+    assert doc["grid"] == [0.01, 0.03, 0.1, 0.3]  # the stored grid and the new probe

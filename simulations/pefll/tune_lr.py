@@ -51,7 +51,8 @@ def main() -> None:
     probe_settings = {"rounds": args.rounds, "seed": args.seed, "score": SCORE, "set": args.set}
     doc = {"setting": str(args.setting), "grid": args.grid, "probe": probe_settings, "probes": [], "winner": {}}
     if out.exists() and json.loads(out.read_text())["probe"] == probe_settings:
-        doc = json.loads(out.read_text()) | {"grid": sorted(set(doc["grid"]) | set(args.grid))}
+        stored = json.loads(out.read_text())
+        doc = stored | {"grid": sorted(set(stored["grid"]) | set(args.grid))}
     for method in args.methods:
         scores = {p["lr"]: p["score"] for p in doc["probes"] if p["method"] == method}
         for lr in args.grid:
