@@ -31,7 +31,6 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
 from fedapp.core import pickup, sites
-from fedapp.core.aggregation import coordinate_wise
 from fedapp.core.compat import answers, app_component, flower_grids, lacks_handler
 from fedapp.core.config import ConfigError, RunConfig
 from fedapp.core.records import (Payload, RecordStore, Tensors, array_numpy, content_bytes, declared_bytes,
@@ -174,6 +173,24 @@ def updates_norm(updates: Mapping[tuple[str, str], tuple[torch.Tensor, torch.Ten
     """L2 norm of (value, reference) pairs' differences (a reference None counts as zeros), in float64."""
     return math.sqrt(sum(float(((v.double() - (0.0 if r is None else r.double())) ** 2).sum())
                          for v, r in updates.values()))
+
+
+def leave_one_out_medians(updates: list[dict[Any, torch.Tensor]]) -> list[dict[Any, torch.Tensor]]:
+    """For each update, the coordinate-wise median of the others (as ``np.median`` of them), from one
+    sort per key: of the n - 1 values left, the p-th smallest is the sorted p-th, or the (p+1)-th where
+    the update left out ranks at or below p."""
+    n, out = len(updates), [{} for _ in updates]
+    for k in updates[0]:
+        stacked = np.stack([u[k].numpy() for u in updates])
+        order = np.argsort(stacked, axis=0)
+        ranks, ordered = np.empty_like(order), np.take_along_axis(stacked, order, axis=0)
+        np.put_along_axis(ranks, order, np.arange(n).reshape((n,) + (1,) * (stacked.ndim - 1)), axis=0)
+        middle = [(n - 2) // 2, (n - 1) // 2]  # the middle positions of n - 1 values (one when odd)
+        for j in range(n):
+            r = ranks[j:j + 1]
+            picked = [np.take_along_axis(ordered, p + (r <= p), axis=0)[0] for p in middle]
+            out[j][k] = torch.from_numpy(picked[0] if middle[0] == middle[1] else (picked[0] + picked[1]) / 2)
+    return out
 
 
 class RoundHooks(Protocol):
@@ -593,9 +610,9 @@ class Driver:
             if len(group) < 3:
                 continue
             updates = [{k: pairs[i][k][0].double() - pairs[i][k][1].double() for k in keys} for i in group]
+            medians = leave_one_out_medians(updates)
             cosines = []
-            for j, u in enumerate(updates):
-                median = coordinate_wise(updates[:j] + updates[j + 1:], lambda a: np.median(a, axis=0))
+            for u, median in zip(updates, medians):
                 scale = math.sqrt(sum(float((u[k] ** 2).sum()) for k in keys)
                                   * sum(float((median[k] ** 2).sum()) for k in keys))
                 cosines.append(sum(float((u[k] * median[k]).sum()) for k in keys) / scale if scale > 0 else 1.0)
