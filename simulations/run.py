@@ -15,8 +15,9 @@ that column and scale alone, and a run name already there with other settings is
 never reuses another's results; runs already in its ``summary.json`` are kept (a run that failed, with
 its reason), a stopped run resumes from its checkpoint (clients whose state lived in the stopped process
 restart theirs, which the log names), so a stopped sweep resumes. It ends by writing,
-in that folder, the table (``table.md``: paper | authors' code | ours, mean +/- sd over the seeds), its
-plot (``<table>.png``) and the paper's claims on these runs (``claims.json``); ``--publish`` also stores
+in that folder, the table (``table.md``: paper | authors' code | ours, mean +/- sd over the seeds, and the
+model and data ours ran), its plot (``<table>.png``) and the paper's claims on these runs (``claims.json``;
+a smoke run states no verdict: ``holds`` is null); ``--publish`` also stores
 the condensed summary in ``simulations/<paper>/summaries/`` and rebuilds the page, plots and claims file
 from them.
 ``--jobs N`` runs N runs at once as separate processes (a GPU runs several small models at once).
@@ -324,7 +325,7 @@ def table_main(argv: list[str]) -> None:
             continue
         rows = json.loads((out / "summary.json").read_text())
         res = tables.results(paper, args.table, cid, args.scale, rows=rows)
-        (out / "table.md").write_text(f"# {paper.title}: {table.title}\n\n{tables.markdown(res)}\n")
+        (out / "table.md").write_text(f"# {tables.heading(res)}\n\n{tables.markdown(res)}\n")
         tables.plot(res, out / f"{args.table}.png")
         mine = [c for c in paper.claims if c.table == args.table and c.column == cid]
         (out / "claims.json").write_text(tables.dumps([tables.claim_record(paper, c, res) for c in mine]))

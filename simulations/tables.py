@@ -11,7 +11,12 @@ Every paper's folder ``simulations/<paper>/`` has the same parts:
   the authors' code on the same setting where it was run;
 * the drivers of the authors' code (their checkout and venv from arguments or environment variables);
 * ``README.md``: the paper's results page, whose tables sit between ``<!-- table ... -->`` markers;
-* ``claims.json`` and one ``<table>.png`` a table: written by :func:`build` from the summaries alone.
+* ``claims.json`` and one ``<table>.png`` a table: written by :func:`build` from the summaries alone,
+  with the page's claims table (between ``<!-- claims -->`` markers).
+
+The paper's numbers are stored as the decimal strings the paper prints (``"89.0"``, ``"0.84"``: the
+source's precision, never more digits), in the unit the page shows (``Paper.source_shift``: the
+power of ten from the source's unit, e.g. 2 where the paper prints fractions and the page percent).
 
 ``python -m simulations.run <paper> <table> --column C --scale cpu`` runs a table (simulations/run.py);
 ``python -m simulations.tables [PAPER ...] [--check]`` rebuilds the claims files, the plots and the
@@ -34,8 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PAPERS = ("fedsmoo", "fedals", "pefll", "hcct")
 SCALES = ("paper", "cpu", "smoke")
 KINDS = ("learning", "bookkeeping", "construction", "code-equality")
-CLAIM_KEYS = ("id", "kind", "claim", "paper", "ours", "reference_code", "seeds", "holds", "note", "setting",
-              "command")
+CLAIM_KEYS = ("id", "kind", "claim", "paper", "ours", "reference_code", "reference_holds", "reference_note",
+              "reference_command", "seeds", "holds", "note", "setting", "command")
+SMOKE_NOTE = "no verdict at the smoke scale: the pipeline in seconds, not the claim's setting"
 
 
 @dataclass(frozen=True)
@@ -81,15 +87,16 @@ class Metric:
 @dataclass(frozen=True)
 class Column:
     """One column (or setting) of a table: its run-config file per scale, relative to the paper's folder,
-    and the paper's number per method in the metric's shown units (None: the paper has none);
-    ``paper_more`` / ``paper_more_sd``: the same for the table's other metrics (``Table.more``), by metric."""
+    and the paper's number per method in the metric's shown units, as the decimal string the paper
+    prints (None: the paper has none); ``paper_more`` / ``paper_more_sd``: the same for the table's
+    other metrics (``Table.more``), by metric."""
 
     label: str
     settings: Mapping[str, str]
-    paper: Mapping[str, float | None] = field(default_factory=dict)
-    paper_sd: Mapping[str, float] = field(default_factory=dict)
-    paper_more: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
-    paper_more_sd: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    paper: Mapping[str, str | None] = field(default_factory=dict)
+    paper_sd: Mapping[str, str] = field(default_factory=dict)
+    paper_more: Mapping[str, Mapping[str, str | None]] = field(default_factory=dict)
+    paper_more_sd: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -126,7 +133,13 @@ class Claim:
     """A sentence of the paper checked on our runs. ``check(results)`` gives the verdict from the
     summaries of ``table`` / ``column`` at ``scale``; ``paper`` and ``reference`` are what the page
     quotes beside ours (``reference`` defaults to the authors' code summary of that column); ``command``
-    the command that checks it where that is not the table's run (a golden fixture's test)."""
+    the command that checks it where that is not the table's run (a golden fixture's test).
+
+    ``reference_holds`` is the same ``check`` applied to the authors' code's rows of the column
+    (``authors.json``), where they hold every method the claim compares; ``reference_run`` is the
+    command that made those rows, or would make them where they are missing; ``versus_reference``: the
+    check itself compares ours with the authors' code (no separate reference verdict). ``history``: one
+    line where the claim was restated (what it said, why it changed, when its outcome was known)."""
 
     id: str
     kind: str
@@ -141,15 +154,22 @@ class Claim:
     # the methods the claim compares, where the table ran others on fewer seeds: the record's seeds
     # and command are those on which all of these that ran did (default: the table's methods)
     methods: tuple[str, ...] = ()
+    reference_run: str | None = None
+    versus_reference: bool = False
+    history: str = ""
 
 
 @dataclass(frozen=True)
 class Paper:
+    """``source_shift``: the power of ten from the unit the paper prints its numbers in to the unit they
+    are stored and shown in (2: the paper prints fractions, the page percent)."""
+
     name: str
     title: str
     link: str
     tables: Mapping[str, Table]
     claims: list[Claim] = field(default_factory=list)
+    source_shift: int = 0
 
     @property
     def folder(self) -> Path:
@@ -188,6 +208,7 @@ class Results:
     scale: str
     rows: list[dict]
     authors: list[dict]
+    of_reference: bool = False  # the rows are the authors' code's (a claim's reference verdict)
 
     @property
     def table(self) -> Table:
@@ -315,8 +336,32 @@ def authors_reference(res: Results) -> dict | None:
             "seeds": sorted({r["seed"] for r in res.authors})}
 
 
+def reference_verdict(claim: Claim, res: Results) -> tuple[bool | None, str]:
+    """The claim's own check on the authors' code's rows of the column: (holds, its note), or (None, why
+    there is none: no such rows, a method the claim compares missing from them, a smoke run, a bookkeeping
+    count, or a claim whose check is itself the comparison with the authors' code)."""
+    if res.scale == "smoke":
+        return None, SMOKE_NOTE
+    if claim.versus_reference or claim.kind == "code-equality":
+        return None, "the claim itself compares ours with the authors' code"
+    if claim.kind == "bookkeeping":
+        return None, "a count of what our strategy sends against the paper's: no run of another code decides it"
+    if not res.authors:
+        return None, "no run of the authors' code at this setting yet"
+    theirs = Results(res.paper, res.table_id, res.column_id, res.scale, res.authors, [], of_reference=True)
+    needed = claim.methods or tuple(res.table.methods)
+    missing = [m for m in needed if not theirs.values(m)]
+    if missing:
+        ran = [m for m in needed if m not in missing]
+        return None, (f"the authors' code ran {', '.join(ran) or 'none of the compared methods'} at this "
+                      f"setting, not {', '.join(missing)}")
+    verdict = claim.check(theirs)
+    return bool(verdict.holds), verdict.note
+
+
 def claim_record(paper: Paper, claim: Claim, res: Results | None = None) -> dict:
-    """The claims-file record of ``claim``, on the committed summaries or on ``res`` (a fresh run's)."""
+    """The claims-file record of ``claim``, on the committed summaries or on ``res`` (a fresh run's); a smoke
+    run records no verdict (``holds`` null)."""
     if claim.kind not in KINDS:
         raise ValueError(f"claim {claim.id}: kind {claim.kind!r} is not one of {', '.join(KINDS)}")
     res = res or results(paper, claim.table, claim.column, claim.scale)
@@ -325,10 +370,13 @@ def claim_record(paper: Paper, claim: Claim, res: Results | None = None) -> dict
     column = res.column
     quoted = claim.paper if claim.paper is not None else (
         {m: v for m, v in column.paper.items() if v is not None} or None)
+    reference_holds, reference_note = reference_verdict(claim, res)
+    smoke = res.scale == "smoke"
     return {"id": claim.id, "kind": claim.kind, "claim": claim.claim, "paper": quoted, "ours": verdict.ours,
-            "reference_code": (claim.reference or authors_reference)(res), "seeds": seeds,
-            "holds": bool(verdict.holds), "note": verdict.note, "setting": res.setting,
-            "command": claim.command or res.command(seeds)}
+            "reference_code": (claim.reference or authors_reference)(res), "reference_holds": reference_holds,
+            "reference_note": reference_note, "reference_command": claim.reference_run, "seeds": seeds,
+            "holds": None if smoke else bool(verdict.holds), "note": SMOKE_NOTE if smoke else verdict.note,
+            "setting": res.setting, "command": claim.command or res.command(seeds)}
 
 
 def claims(paper: Paper) -> list[dict]:
@@ -346,9 +394,51 @@ def fmt(value: float | None, sd: float | None = None) -> str:
     return f"{value:.2f}" + (f" ± {sd:.2f}" if sd is not None else "")
 
 
+def printed(text: str) -> list[tuple[str, str]]:
+    """``"79.52±0.13 76.00±0.18"``, a row of a paper's table as it prints it -> [("79.52", "0.13"), ...]."""
+    return [tuple(cell.split("±")) for cell in text.split()]
+
+
+def quote(value: str | None, sd: str | None = None) -> str:
+    """A paper's number as the paper prints it (its stored decimal string), ± its sd where it gives one."""
+    if value is None:
+        return "-"
+    return value + (f" ± {sd}" if sd is not None else "")
+
+
+def ran(res: Results) -> str:
+    """The models and data our runs of the column at this scale ran, ``<model> on <dataset>``: each row's
+    stored config, else the config a run of its method takes (the column's setting at this scale, with the
+    smoke layer at the smoke scale); "not run" where no row is."""
+    from types import SimpleNamespace
+
+    from fedapp.core.config import COMMON_KEYS
+    from simulations.run import table_plan
+
+    if not res.rows:
+        return "not run"
+    default = {k.name: k.default for k in COMMON_KEYS}
+    try:
+        planned = {m: cfg for _, m, cfg in table_plan(res.paper, res.table_id, res.column_id, res.scale,
+                                                      SimpleNamespace(seeds=[0], methods=None, set=[]))}
+    except (SystemExit, OSError):  # no setting at this scale, or not one in this folder
+        planned = {}
+    configs = [r.get("config") or planned.get(r["method"]) for r in res.rows]
+    pairs = {f"{c.get('model', default['model'])} on {c.get('dataset', default['dataset'])}" for c in configs if c}
+    return ", ".join(sorted(pairs)) or "-"
+
+
+def heading(res: Results) -> str:
+    """The title of a run's table: the paper's table, or at the smoke scale what the smoke run ran."""
+    if res.scale == "smoke":
+        return (f"{res.paper.title}: smoke run of {res.table_id} {res.column_id} ({ran(res)}), the pipeline in "
+                f"seconds; no verdict")
+    return f"{res.paper.title}: {res.table.title}"
+
+
 def markdown(res: Results, more: str | None = None) -> str:
-    """paper | authors' code (where run) | ours, mean ± sd over the seeds, and the scale it ran at; of the
-    table's metric, or of its other metric ``more``."""
+    """paper | authors' code (where run) | ours, mean ± sd over the seeds, and the scale it ran at, with the
+    model and data it ran; of the table's metric, or of its other metric ``more``."""
     metric, column = res.table.metric_of(more), res.column
     paper, paper_sd = ((column.paper, column.paper_sd) if more is None else
                        (column.paper_more.get(more, {}), column.paper_more_sd.get(more, {})))
@@ -359,18 +449,53 @@ def markdown(res: Results, more: str | None = None) -> str:
         vals = [v * metric.show for v in res.values(m, metric=more).values()]
         ours = fmt(round(statistics.fmean(vals), 2), round(statistics.stdev(vals), 2) if len(vals) > 1 else None) \
             if vals else "-"
-        sd = paper_sd.get(m)
-        cells = [m, fmt(paper.get(m), sd)]
+        cells = [m, quote(paper.get(m), paper_sd.get(m))]
         if have_authors:
             theirs = [v * metric.show for v in res.values(m, res.authors, more).values()]
             cells.append(fmt(round(statistics.fmean(theirs), 2)) if theirs else "-")
         lines.append("| " + " | ".join(cells + [ours]) + " |")
     seeds = res.seeds(*[m for m in res.table.methods if res.values(m)])
     lines.append("")
-    lines.append(f"{column.label}; {metric.label}; ours at scale `{res.scale}`, seeds "
+    lines.append(f"{column.label}; {metric.label}; ours at scale `{res.scale}` ({ran(res)}), seeds "
                  f"{', '.join(map(str, seeds)) or '-'}" + (f"; the paper: {res.table.paper_seeds} seeds"
-                                                          if res.table.paper_seeds else "") + ".")
+                                                          if res.table.paper_seeds else "")
+                 + ("; a smoke run: the pipeline only, no verdict" if res.scale == "smoke" else "") + ".")
     return "\n".join(lines)
+
+
+def brief(value: Any) -> str:
+    """A claim record's numbers on one line: ``key value, key (nested ...)``."""
+    if isinstance(value, dict):
+        if not value:
+            return "-"
+        return ", ".join(f"{k} ({brief(v)})" if isinstance(v, dict) else f"{k} {brief(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return ", ".join(map(str, value))
+    return "-" if value is None else str(value)
+
+
+def verdict_word(holds: bool | None) -> str:
+    return {True: "yes", False: "no", None: "-"}[holds]
+
+
+def claims_table(paper: Paper, records: list[dict]) -> str:
+    """The page's claims table: ours, the authors' code's and the paper's numbers side by side, whether the
+    claim holds on ours and on the authors' code; then a line for each false claim without a reference
+    verdict (why, and the command that would give one) and for each restated claim (its history)."""
+    lines = ["| id | kind | holds | ours | authors' code | holds there | paper |", "|---|---|---|---|---|---|---|"]
+    for r in records:
+        ref = r["reference_code"] or {}
+        theirs = (brief(ref["means"]) + (f" (seeds {brief(ref.get('seeds'))})" if ref.get("seeds") else "")
+                  if "means" in ref else ref.get("code", "-"))
+        seeds = f" (seeds {brief(r['seeds'])})" if r["seeds"] and "seeds" not in r["ours"] else ""
+        lines.append(f"| `{r['id']}` | {r['kind']} | {verdict_word(r['holds'])} | {brief(r['ours'])}{seeds} | "
+                     f"{theirs} | {verdict_word(r['reference_holds'])} | {brief(r['paper'])} |")
+    declared = {c.id: c for c in paper.claims}
+    notes = [f"- `{r['id']}`, no verdict on the authors' code: {r['reference_note']}"
+             + (f"; to run: {r['reference_command']}" if r["reference_command"] else "")
+             for r in records if r["holds"] is False and r["reference_holds"] is None]
+    notes += [f"- `{r['id']}` restated: {declared[r['id']].history}" for r in records if declared[r["id"]].history]
+    return "\n".join(lines + ([""] + notes if notes else []))
 
 
 def plot(res: Results, path: Path) -> None:
@@ -390,7 +515,7 @@ def plot(res: Results, path: Path) -> None:
         means = [statistics.fmean(dict(map(tuple, c))[x] for c in curves) * metric.show for x in rounds]
         line, = ax.plot(rounds, means, label=m, color=f"C{i % 10}")
         if res.scale == "paper" and res.column.paper.get(m) is not None:
-            ax.axhline(res.column.paper[m], color=line.get_color(), linestyle=":", linewidth=0.8)
+            ax.axhline(float(res.column.paper[m]), color=line.get_color(), linestyle=":", linewidth=0.8)
     ax.set_xlabel("round")
     ax.set_ylabel(metric.label)
     ax.set_title(f"{res.paper.name} {res.table_id}: {res.column.label} ({res.scale})", fontsize=9)
@@ -406,21 +531,28 @@ def plot(res: Results, path: Path) -> None:
 MARKER = re.compile(r"<!-- table (\S+) (\S+) (\S+)( \S+)? -->\n.*?<!-- /table -->", re.S)
 
 
-def page(paper: Paper, text: str) -> str:
-    """The page with every ``<!-- table TABLE COLUMN SCALE [METRIC] -->`` block rebuilt from the summaries."""
+CLAIMS_MARKER = re.compile(r"<!-- claims -->\n.*?<!-- /claims -->", re.S)
+
+
+def page(paper: Paper, text: str, records: list[dict] | None = None) -> str:
+    """The page with every ``<!-- table TABLE COLUMN SCALE [METRIC] -->`` block rebuilt from the summaries,
+    and its ``<!-- claims -->`` block from the claims' records."""
     def block(m: re.Match) -> str:
         more = m[4].strip() if m[4] else None
         return (f"<!-- table {m[1]} {m[2]} {m[3]}{m[4] or ''} -->\n"
                 f"{markdown(results(paper, m[1], m[2], m[3]), more)}\n<!-- /table -->")
-    return MARKER.sub(block, text)
+    text = MARKER.sub(block, text)
+    records = claims(paper) if records is None else records
+    return CLAIMS_MARKER.sub(lambda _: f"<!-- claims -->\n{claims_table(paper, records)}\n<!-- /claims -->", text)
 
 
 def built(paper: Paper) -> dict[Path, str]:
     """The text files :func:`build` writes, path -> content."""
-    out = {paper.folder / "claims.json": dumps(claims(paper))}
+    records = claims(paper)
+    out = {paper.folder / "claims.json": dumps(records)}
     readme = paper.folder / "README.md"
     if readme.exists():
-        out[readme] = page(paper, readme.read_text())
+        out[readme] = page(paper, readme.read_text(), records)
     return out
 
 

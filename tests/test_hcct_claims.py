@@ -94,12 +94,16 @@ def test_arrivals_hold_when_the_final_error_falls_with_each_larger_n_new():
 
 def test_claim_records_quote_the_paper_and_the_authors_code_beside_ours():
     rows = [row("hcct", 0, 0.30, **{"error-best": 0.29}), row("global", 0, 0.295, **{"error-best": 0.28})]
-    authors = [row("hcct", 0, 0.294964), row("global", 0, 0.29164)]
+    authors = [row("hcct", 0, 0.294964, **{"error-best": 0.292437}),
+               row("global", 0, 0.29164, **{"error-best": 0.291412})]
     c = CLAIMS["fmnist-close-to-global"]
     record = claim_record(PAPER, c, Results(PAPER, c.table, c.column, c.scale, rows, authors))
     assert record["kind"] == "learning" and record["holds"] and record["seeds"] == [0]
-    assert record["paper"] == {"hcct": 29.98, "global": 29.98}
+    assert record["paper"] == {"hcct": "29.98", "global": "29.98"}
     assert record["reference_code"] == {"means": {"global": 29.16, "hcct": 29.5}, "seeds": [0]}
+    # the claim's own check on the authors' rows: 29.50 - 29.16 = 0.34 points, within 1 (our logit column not beside)
+    assert record["reference_holds"] is True
+    assert record["reference_note"] == "hcct minus global: 0.34 points (asked: at most 1.0)"
     assert record["setting"] == "simulations/hcct/fmnist/"  # one file a method: the folder
     assert {c.id: c.kind for c in PAPER.claims} == {
         "table2-partial-12-best": "learning", "fmnist-close-to-global": "learning",
@@ -175,3 +179,14 @@ def test_authors_log_merges_into_a_tables_authors_file(tmp_path):
     write_rows(path, [r("hcct", 0, 0.435)])
     stored = json.loads(path.read_text())
     assert (stored["table"], stored["column"], stored["rows"]) == ("table4", "cifar10", [r("hcct", 0, 0.435)])
+
+
+def test_restated_claims_keep_their_history_on_the_page():
+    """Table II's and the FMNIST head's claims were restated with their outcome known: the page says so."""
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "simulations" / "hcct" / "README.md").read_text()
+    for claim_id in ("table2-partial-12-best", "fmnist-close-to-global"):
+        history = CLAIMS[claim_id].history
+        assert "until 2026-11-27" in history and "known" in history
+        assert f"- `{claim_id}` restated: {history}" in page

@@ -34,6 +34,22 @@ def test_new_against_seen_clients_on_the_seeds_a_method_ran():
     assert not new_vs_seen("fedavg", within=5)(res).holds  # no run
 
 
+def test_unseen_close_to_seen_asks_what_fedavg_cannot_pass():
+    """Restated: new within 5 points of seen AND 20 points over FedAvg's new clients. FedAvg's one global model
+    passes the first half (new = seen) but never the second (it would have to beat itself)."""
+    claim = next(c for c in PAPER.claims if c.id == "unseen-close-to-seen")
+    fedavg = [row("fedavg", 0, 0.45, 0.45), row("fedavg", 1, 0.40, 0.41)]  # new (45 + 41) / 2 = 43
+    v = claim.check(table1(ROWS[:2] + fedavg))  # PeFLL seen 85, new 75: 10 apart
+    assert not v.holds and v.ours["new over fedavg"]["gap"] == 32.0 and v.ours["new vs seen"]["new - seen"] == -10.0
+    close = [row("pefll", 0, 0.80, 0.78), row("pefll", 1, 0.90, 0.84)] + fedavg  # seen 85, new 81
+    v = claim.check(table1(close))
+    assert v.holds and v.ours["new over fedavg"] == {"pefll": 81.0, "fedavg": 43.0, "gap": 38.0}
+    as_fedavg = [{**r, "method": "pefll"} for r in fedavg] + fedavg  # FedAvg in PeFLL's place
+    assert new_vs_seen("pefll", within=5)(table1(as_fedavg)).holds and not claim.check(table1(as_fedavg)).holds
+    assert not claim.check(table1([row("pefll", 0, 0.60, 0.58)] + fedavg[:1])).holds  # 58 - 45 = 13 < 20
+    assert "FedAvg" in claim.history and "2026-12-07" in claim.history
+
+
 def test_table1_ordering_against_fedrep_and_local_needs_all_four():
     claim = next(c for c in PAPER.claims if c.id == "table1-ordering-fedrep-local")
     v = claim.check(table1(ROWS))  # seed 0 only (FedRep, Local): PeFLL 80 / 70 against FedRep 85 / 60, Local 70 / 75
@@ -62,12 +78,12 @@ def test_authors_code_means_over_each_sides_seeds_and_masked_on_shared_seeds():
 
 def test_table1_page_block_of_the_new_clients_quotes_table1_b():
     text = markdown(table1(ROWS), "new")
-    assert "| pefll | 89.30 ± 2.20 | 75.00 ± 7.07 |" in text and "| pfedhn | 63.30 ± 3.70 | 42.00 |" in text
+    assert "| pefll | 89.3 ± 2.2 | 75.00 ± 7.07 |" in text and "| pfedhn | 63.3 ± 3.7 | 42.00 |" in text
     assert "new clients, test accuracy (%), unmasked" in text
-    assert "| pefll | 88.90 ± 2.40 | - |" in markdown(table1(ROWS), "new-masked")
+    assert "| pefll | 88.9 ± 2.4 | - |" in markdown(table1(ROWS), "new-masked")  # the paper's one decimal
     assert set(TABLE1.columns) == {"cifar10-100c", "cifar10-500c", "cifar10-1000c", "cifar100-100c",
                                    "cifar100-500c", "cifar100-1000c", "femnist"}
-    assert TABLE1.columns["cifar100-100c"].paper_more["new"]["pefll"] == 35.2  # below its seen 56.0: Table 1
+    assert TABLE1.columns["cifar100-100c"].paper_more["new"]["pefll"] == "35.2"  # below its seen 56.0: Table 1
     assert all(c.settings["paper"] == f"table1-{cid}/{{method}}.toml" for cid, c in TABLE1.columns.items())
 
 

@@ -1,13 +1,16 @@
 """The one-shape table pipeline: every paper's table runs from its page's smoke command, every claims
 file and page table rebuilds byte-identically from the committed summaries, and no two table columns
-or settings ever share a results folder."""
+or settings ever share a results folder; a smoke run states no verdict and names what it ran; the
+paper's numbers are quoted at the paper's precision."""
 
 import json
 import os
 import re
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -47,7 +50,10 @@ def test_table_commands_smoke(paper, tmp_path):
     assert (out / f"{table_id}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     claims = json.loads((out / "claims.json").read_text())
     assert [c["id"] for c in claims] == [c.id for c in declared.claims if c.table == table_id and c.column == column]
-    assert all(c["kind"] in tables.KINDS and isinstance(c["holds"], bool) for c in claims)
+    assert all(c["kind"] in tables.KINDS and c["holds"] is None and c["reference_holds"] is None for c in claims)
+    planned = table_plan(declared, table_id, column, "smoke", SimpleNamespace(seeds=None, methods=None, set=[]))
+    ran = {f"{cfg['model']} on {cfg['dataset']}" for _, _, cfg in planned if "model" in cfg and "dataset" in cfg}
+    assert ran and all(pair in shown.splitlines()[0] for pair in ran), shown.splitlines()[0]  # the title names them
 
 
 def test_claims_rebuild_byte_identical():
@@ -106,14 +112,15 @@ def test_table_columns_never_share_results(tmp_path):
 
 TOY = Paper("toy", "Toy", "https://example.org", {"t": Table(
     "toy table", Metric("acc", "accuracy (%)"), {"a": {}, "b": {}, "c": {}},
-    {"col": Column("a column", {"cpu": "x.toml"}, paper={"a": 80.0, "b": 70.0, "c": None})},
+    {"col": Column("a column", {"cpu": "x.toml"}, paper={"a": "80.0", "b": "70.0", "c": None})},
     seeds={"cpu": [0, 1]}, more={"err": Metric("err", "error (%)", higher=False)})})
 
 
-def toy(rows: list[tuple[str, int, float]], authors=()) -> Results:
+def toy(rows: list[tuple[str, int, float]], authors=(), scale: str = "cpu") -> Results:
     def row(m, s, v):
-        return {"method": m, "seed": s, "value": v, "more": {"err": 1 - v}, "curve": [[1, v]]}
-    return Results(TOY, "t", "col", "cpu", [row(*r) for r in rows], [row(*r) for r in authors])
+        return {"method": m, "seed": s, "value": v, "more": {"err": 1 - v}, "curve": [[1, v]],
+                "config": {"model": "mlp", "dataset": "synthetic"}}
+    return Results(TOY, "t", "col", scale, [row(*r) for r in rows], [row(*r) for r in authors])
 
 
 def test_checks_give_the_hand_computed_verdicts():
@@ -155,13 +162,13 @@ def test_claim_record_shape_and_markdown():
     res = toy([("a", 0, 0.8), ("b", 0, 0.6), ("c", 0, 0.1), ("a", 1, 0.7), ("b", 1, 0.5), ("c", 1, 0.2)])
     record = tables.claim_record(paper, paper.claims[0], res)
     assert tuple(record) == tables.CLAIM_KEYS
-    assert record["holds"] is True and record["seeds"] == [0, 1] and record["paper"] == {"a": 80.0, "b": 70.0}
+    assert record["holds"] is True and record["seeds"] == [0, 1] and record["paper"] == {"a": "80.0", "b": "70.0"}
     assert record["command"] == "python -m simulations.run toy t --column col --scale cpu --seeds 0 1"
     with pytest.raises(ValueError, match="kind 'result'"):
         tables.claim_record(paper, Claim("x", "result", "", tables.best("a"), "t", "col"), res)
     md = tables.markdown(res)
-    assert "| a | 80.00 | 75.00 ± 7.07 |" in md and "| c | - | 15.00 ± 7.07 |" in md
-    assert "ours at scale `cpu`, seeds 0, 1" in md
+    assert "| a | 80.0 | 75.00 ± 7.07 |" in md and "| c | - | 15.00 ± 7.07 |" in md
+    assert "ours at scale `cpu` (mlp on synthetic), seeds 0, 1" in md
 
 
 def test_general_form_summarises_with_the_papers_first_table_where_it_has_no_report():
@@ -174,3 +181,97 @@ def test_general_form_summarises_with_the_papers_first_table_where_it_has_no_rep
     assert row["value"] == pytest.approx(0.4) and row["rounds"] == 5  # mean of the last 5 evaluations
     assert "| a-s0 | a | 0 | 40.00 |" in report.table(None, [{"run": "a-s0", "method": "a", "seed": 0,
                                                                "value": 0.4}], ["a"])
+
+
+def test_smoke_tables_state_no_verdict():
+    # The builder: the same rows hold at the cpu scale and state no verdict at the smoke scale.
+    paper = Paper("toy", "Toy", "https://example.org", TOY.tables,
+                  [Claim("a-best", "learning", "a is best.", tables.best("a"), "t", "col")])
+    rows = [("a", 0, 0.8), ("b", 0, 0.6), ("c", 0, 0.1)]
+    assert tables.claim_record(paper, paper.claims[0], toy(rows))["holds"] is True
+    smoke = tables.claim_record(paper, paper.claims[0], toy(rows, authors=rows, scale="smoke"))
+    assert (smoke["holds"], smoke["reference_holds"]) == (None, None)
+    assert smoke["note"] == smoke["reference_note"] == tables.SMOKE_NOTE
+    # Every paper's claims on its committed rows taken as a smoke run's: no verdict, on ours or the reference.
+    for name in tables.PAPERS:
+        declared = tables.load(name)
+        for claim in declared.claims:
+            res = tables.results(declared, claim.table, claim.column, claim.scale)
+            res.scale = "smoke"
+            record = tables.claim_record(declared, claim, res)
+            assert (record["holds"], record["reference_holds"]) == (None, None), (name, claim.id)
+    # FedALS's smoke layer runs an MLP on synthetic data: its table says so, not ResNet-20 on CIFAR-10.
+    fedals = tables.load("fedals")
+    rows = [{"method": m, "seed": 0, "value": 0.5, "curve": [[5, 0.5]]} for m in ("fedavg", "fedals")]
+    res = tables.results(fedals, "table1", "cifar10-noniid", "smoke", rows=rows)
+    assert tables.heading(res) == ("FedALS: smoke run of table1 cifar10-noniid (mlp on synthetic), the pipeline in "
+                                   "seconds; no verdict")
+    footer = tables.markdown(res).splitlines()[-1]
+    assert "ours at scale `smoke` (mlp on synthetic), seeds 0" in footer and footer.endswith("no verdict.")
+    # at the cpu scale the committed rows (no stored config) read their setting files; a stored config wins
+    assert "ours at scale `cpu` (resnet20 on cifar10)" in tables.markdown(
+        tables.results(fedals, "table1", "cifar10-noniid", "cpu"))
+    rows[0]["config"] = {"model": "lenet", "dataset": "cifar10"}
+    assert tables.ran(tables.results(fedals, "table1", "cifar10-noniid", "smoke", rows=rows)) == \
+        "lenet on cifar10, mlp on synthetic"
+
+
+# --- the paper's numbers at the paper's precision -------------------------------------------------
+
+PAPERS_TEXT = ROOT.parent / "shared" / "papers"  # the papers' text where this checkout has it
+FILES = {"fedsmoo": "fedsmoo.txt", "fedals": "fedals-improved-generalization-bounds.txt", "pefll": "pefll.txt",
+         "hcct": "hcct.txt"}
+# every mean±sd as a paper's text prints it (its plain form: "84.55±.14", "0.4651 ± 0.0071")
+PAIR = re.compile(r"(\d*\.\d+|\d+)\s*±\s*(\d*\.\d+|\d+)")
+# the source strings of every quote stored below simulations/ (tests/data/paper_quotes.json): the check offline
+SOURCE_QUOTES = json.loads((ROOT / "tests" / "data" / "paper_quotes.json").read_text())
+
+
+def stored_quotes(paper: Paper) -> list[tuple[str, str | None]]:
+    """Every paper number the declarations store: (value, sd or None), as the decimal strings they hold."""
+    out = []
+    for table in paper.tables.values():
+        for col in table.columns.values():
+            numbers = [(col.paper, col.paper_sd)] + [(col.paper_more[k], col.paper_more_sd.get(k, {}))
+                                                     for k in col.paper_more]
+            out += [(v, sds.get(m)) for values, sds in numbers for m, v in values.items() if v is not None]
+
+    def leaves(d: dict):
+        for v in d.values():
+            yield from leaves(v) if isinstance(v, dict) else [v]
+    for claim in paper.claims:
+        out += [(v, None) for v in leaves(claim.paper or {}) if re.fullmatch(r"\d+\.\d+", str(v))]
+    return out
+
+
+def at_source(paper: Paper, value: str) -> Decimal:
+    """The stored decimal in the paper's own unit, digit for digit (46.51 % is the paper's 0.4651)."""
+    return Decimal(value).scaleb(-paper.source_shift)
+
+
+def test_paper_quotes_at_source_precision():
+    assert all(isinstance(v, str) and (sd is None or isinstance(sd, str))
+               for name in tables.PAPERS for v, sd in stored_quotes(tables.load(name)))
+    checked = 0
+    for name in tables.PAPERS:
+        paper, sources = tables.load(name), SOURCE_QUOTES[name]
+        text_file = PAPERS_TEXT / FILES[name]
+        if text_file.exists():  # the committed source strings are the paper's own
+            text = text_file.read_text()
+            assert [q for q in sources if q not in text] == [], name
+        pairs = {(Decimal(m[1]).as_tuple(), Decimal(m[2]).as_tuple()) for m in map(PAIR.fullmatch, sources) if m}
+        for value, sd in stored_quotes(paper):
+            # equal as decimals AND in the number of digits: "89.00" is not the paper's "89.0"
+            if sd is None:
+                assert str(at_source(paper, value)) in sources, (name, value)
+            else:
+                assert (at_source(paper, value).as_tuple(), at_source(paper, sd).as_tuple()) in pairs, (name, value, sd)
+            checked += 1
+    assert checked > 350
+    assert (Decimal("89.00").as_tuple(), Decimal("0.80").as_tuple()) not in {
+        (Decimal(m[1]).as_tuple(), Decimal(m[2]).as_tuple()) for m in map(PAIR.fullmatch, SOURCE_QUOTES["pefll"]) if m}
+    # printed as stored: the paper's one decimal, FedALS's fractions times 100 digit for digit
+    pefll, fedals = tables.load("pefll"), tables.load("fedals")
+    assert "| pefll | 89.0 ± 0.8 |" in tables.markdown(tables.results(pefll, "table1", "cifar10-100c", "cpu"))
+    svhn = tables.markdown(tables.results(fedals, "table1", "svhn-noniid", "paper"))
+    assert "| scaffold | 71.80 ± 4.016 |" in svhn  # the paper's 0.7180 ± 0.04016

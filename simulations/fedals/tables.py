@@ -10,7 +10,7 @@ the per-method settings ``cpu/<column>/<method>.toml``).
 
 from __future__ import annotations
 
-from simulations.tables import Claim, Column, Metric, Paper, Results, Table, Verdict, ahead
+from simulations.tables import Claim, Column, Metric, Paper, Results, Table, Verdict, ahead, printed
 
 ACCURACY = Metric("central-accuracy", "test accuracy (%), mean of the last 5 evaluations", reduce="mean-last-5")
 METHODS = {m: f"methods/{m}.toml" for m in ("fedavg", "fedals", "scaffold", "fedals-scaffold", "fedals-scaffold-authors")}
@@ -39,15 +39,21 @@ def table1_column(dataset: str, split: str, paper: dict, sd: dict, cpu: bool = F
     return Column(f"ResNet-20 on {label}, {name}, 5 clients, tau = 5, alpha = 10", settings, paper, sd)
 
 
-def iid(fedavg: tuple[float, float], fedals: tuple[float, float]) -> tuple[dict, dict]:
-    """The paper's numbers (shown units) of a Table 1 IID column: FedAvg and FedALS only."""
-    return {"fedavg": fedavg[0], "fedals": fedals[0]}, {"fedavg": fedavg[1], "fedals": fedals[1]}
+def numbers(methods, row: str) -> tuple[dict, dict]:
+    """The paper's numbers of ``methods`` from one row, mean±sd each as the paper prints them times 100
+    (``"46.51±0.71"`` is its 0.4651±0.0071): (means, sds) by method."""
+    cells = dict(zip(methods, printed(row), strict=True))
+    return {m: v for m, (v, _) in cells.items()}, {m: sd for m, (_, sd) in cells.items()}
 
 
-def noniid(fedavg, fedals, scaffold, both) -> tuple[dict, dict]:
-    """The paper's numbers (shown units) of a Table 1 non-IID column."""
-    cells = {"fedavg": fedavg, "fedals": fedals, "scaffold": scaffold, "fedals-scaffold": both}
-    return {m: v[0] for m, v in cells.items()}, {m: v[1] for m, v in cells.items()}
+def iid(row: str) -> tuple[dict, dict]:
+    """A Table 1 IID column: FedAvg and FedALS only."""
+    return numbers(("fedavg", "fedals"), row)
+
+
+def noniid(row: str) -> tuple[dict, dict]:
+    """A Table 1 non-IID column: FedAvg, FedALS, SCAFFOLD, FedALS + SCAFFOLD."""
+    return numbers(("fedavg", "fedals", "scaffold", "fedals-scaffold"), row)
 
 
 # Table 1 as printed in the longer version (four decimals), times 100
@@ -56,18 +62,15 @@ TABLE1 = Table(
     metric=ACCURACY,
     methods=METHODS,
     columns={
-        "cifar10-noniid": table1_column("cifar10", "noniid", *noniid((46.51, 0.71), (52.24, 3.65), (45.38, 7.06),
-                                                                     (51.21, 0.98)), cpu=True),
-        "cifar10-iid": table1_column("cifar10", "iid", *iid((87.61, 0.91), (88.65, 0.21)), cpu=True),
-        "svhn-noniid": table1_column("svhn", "noniid", *noniid((70.10, 3.30), (81.17, 2.14), (71.80, 4.016),
-                                                               (80.97, 2.71))),
-        "svhn-iid": table1_column("svhn", "iid", *iid((94.76, 0.16), (95.41, 0.21))),
-        "cifar100-noniid": table1_column("cifar100", "noniid", *noniid((41.77, 1.43), (48.63, 2.24),
-                                                                       (41.24, 1.83), (48.20, 1.29))),
-        "cifar100-iid": table1_column("cifar100", "iid", *iid((59.99, 0.68), (61.20, 0.52))),
-        "mnist-noniid": table1_column("mnist", "noniid", *noniid((79.67, 6.35), (82.08, 3.63), (81.21, 5.46),
-                                                                 (78.27, 11.84))),
-        "mnist-iid": table1_column("mnist", "iid", *iid((99.06, 0.01), (99.14, 0.01))),
+        "cifar10-noniid": table1_column("cifar10", "noniid", *noniid("46.51±0.71 52.24±3.65 45.38±7.06 51.21±0.98"),
+                                        cpu=True),
+        "cifar10-iid": table1_column("cifar10", "iid", *iid("87.61±0.91 88.65±0.21"), cpu=True),
+        "svhn-noniid": table1_column("svhn", "noniid", *noniid("70.10±3.30 81.17±2.14 71.80±4.016 80.97±2.71")),
+        "svhn-iid": table1_column("svhn", "iid", *iid("94.76±0.16 95.41±0.21")),
+        "cifar100-noniid": table1_column("cifar100", "noniid", *noniid("41.77±1.43 48.63±2.24 41.24±1.83 48.20±1.29")),
+        "cifar100-iid": table1_column("cifar100", "iid", *iid("59.99±0.68 61.20±0.52")),
+        "mnist-noniid": table1_column("mnist", "noniid", *noniid("79.67±6.35 82.08±3.63 81.21±5.46 78.27±11.84")),
+        "mnist-iid": table1_column("mnist", "iid", *iid("99.06±0.01 99.14±0.01")),
     },
     seeds=SEEDS,
     smoke=SMOKE,
@@ -85,13 +88,13 @@ TABLE2 = Table(
         "cifar10-noniid": Column(
             "ResNet-20 on CIFAR-10, non-IID, 5 clients, tau = 5",
             {"paper": "table2-cifar10-noniid.toml", "cpu": "cpu/cifar10-noniid/fedals.toml"},
-            paper=dict(zip((f"alpha{a}" for a in ALPHAS), (46.51, 52.01, 52.24, 38.14, 28.53, 28.17))),
-            paper_sd=dict(zip((f"alpha{a}" for a in ALPHAS), (0.71, 3.02, 3.65, 6.41, 6.41, 3.2)))),
+            *numbers([f"alpha{a}" for a in ALPHAS],
+                    "46.51±0.71 52.01±3.02 52.24±3.65 38.14±6.41 28.53±6.41 28.17±3.2")),
         "svhn-noniid": Column(
             "ResNet-20 on SVHN, non-IID, 5 clients, tau = 5",
             {"paper": "table1-svhn-noniid.toml"},
-            paper=dict(zip((f"alpha{a}" for a in ALPHAS), (70.10, 81.07, 81.17, 72.01, 63.77, 58.37))),
-            paper_sd=dict(zip((f"alpha{a}" for a in ALPHAS), (3.30, 2.78, 2.14, 15.65, 5.20, 7.15)))),
+            *numbers([f"alpha{a}" for a in ALPHAS],
+                    "70.10±3.30 81.07±2.78 81.17±2.14 72.01±15.65 63.77±5.20 58.37±7.15")),
     },
     seeds=SEEDS,
     smoke=SMOKE,
@@ -124,14 +127,14 @@ TABLE3 = Table(
                 for n in LAYERS[1:]}},
     columns={
         "svhn-noniid": Column("ResNet-20 on SVHN, non-IID", {"paper": "table1-svhn-noniid.toml"},
-                              paper=dict(zip((f"L{n}" for n in LAYERS), (69.91, 71.12, 67.60, 63.81, 63.39, 60.58))),
-                              paper_sd=dict(zip((f"L{n}" for n in LAYERS), (1.60, 4.71, 4.74, 4.28, 4.46, 1.97)))),
+                              *numbers([f"L{n}" for n in LAYERS],
+                                      "69.91±1.60 71.12±4.71 67.60±4.74 63.81±4.28 63.39±4.46 60.58±1.97")),
         "cifar10-noniid": Column("ResNet-20 on CIFAR-10, non-IID", {"paper": "table3-cifar10-noniid.toml"},
-                                 paper=dict(zip((f"L{n}" for n in LAYERS), (43.83, 46.87, 41.25, 37.79, 37.30, 40.13))),
-                                 paper_sd=dict(zip((f"L{n}" for n in LAYERS), (4.23, 1.11, 2.83, 3.451, 3.10, 3.08)))),
+                                 *numbers([f"L{n}" for n in LAYERS],
+                                         "43.83±4.23 46.87±1.11 41.25±2.83 37.79±3.451 37.30±3.10 40.13±3.08")),
         "cifar100-noniid": Column("ResNet-20 on CIFAR-100, non-IID", {"paper": "table1-cifar100-noniid.toml"},
-                                  paper=dict(zip((f"L{n}" for n in LAYERS), (47.81, 47.82, 42.49, 40.85, 41.83, 38.80))),
-                                  paper_sd=dict(zip((f"L{n}" for n in LAYERS), (1.23, 0.87, 1.43, 0.94, 1.08, 3.05)))),
+                                  *numbers([f"L{n}" for n in LAYERS],
+                                          "47.81±1.23 47.82±0.87 42.49±1.43 40.85±0.94 41.83±1.08 38.80±3.05")),
     },
     seeds=SEEDS,
     smoke=SMOKE,
@@ -199,30 +202,45 @@ def table2_params(res: Results) -> Verdict:
     return Verdict(not differ, ours, "every count rounds to the paper's" if not differ else f"differ: {differ}")
 
 
+# The authors' code on the cpu setting (authors_reduced.sh: their main_fed_layer.py, non-IID, mode "sgd"), one run an
+# alpha, condensed into a column's authors.json
+def authors_run(alpha: int, into: str, edit: str = "") -> str:
+    return (f"bash simulations/fedals/authors_reduced.sh {alpha} OUT{edit}, then python -m simulations.fedals.authors "
+            f"OUT/authors-alpha{alpha}.json --into {into}")
+
+
 PAPER = Paper(
     name="fedals",
     title="FedALS",
     link="https://openreview.net/forum?id=F5hgpQ1Ccd",
     tables={"table1": TABLE1, "table2": TABLE2, "table3": TABLE3, "table2-150it": TABLE2_150},
+    source_shift=2,  # the longer version prints accuracies as fractions with four decimals
     claims=[
         Claim("noniid-alpha10-over-fedavg", "learning",
               "Non-IID CIFAR-10 (sorted by label, then split over 5 clients), ResNet-20, tau = 5: FedALS with "
               "alpha = 10 is more accurate than FedAvg (Table 1). Ours at 2000 iterations (the paper: 2x10^4), "
               "3 seeds (the paper: 20), each method at the lr its probes picked.",
-              ahead("fedals", "fedavg"), "table1", "cifar10-noniid", paper={"fedavg": 46.51, "fedals": 52.24},
-              methods=("fedavg", "fedals")),
+              ahead("fedals", "fedavg"), "table1", "cifar10-noniid", paper={"fedavg": "46.51", "fedals": "52.24"},
+              methods=("fedavg", "fedals"),
+              reference_run=f"{authors_run(1, 'table1/cifar10-noniid/fedavg')}; "
+                            f"{authors_run(10, 'table1/cifar10-noniid/fedals')}"),
         Claim("alpha-sweep", "learning",
               "Table 2's shape on non-IID CIFAR-10: alpha = 5 and 10 more accurate than alpha = 1 (FedAvg), "
               "alpha = 25 less. Ours at 2000 iterations, seed 0, every alpha at the lr FedALS's and FedAvg's "
               "probes picked (0.02 for both).",
-              sweep_shape, "table2", "cifar10-noniid", methods=("alpha1", "alpha5", "alpha10", "alpha25")),
+              sweep_shape, "table2", "cifar10-noniid", methods=("alpha1", "alpha5", "alpha10", "alpha25"),
+              reference_run=f"{authors_run(5, 'table2/cifar10-noniid/alpha5')}; "
+                            f"{authors_run(25, 'table2/cifar10-noniid/alpha25')}"),
         Claim("iid-control", "learning",
               "IID CIFAR-10 (shuffled, then split over 5 clients): FedALS with alpha = 10 is about as accurate "
               "as FedAvg (Table 1: 88.65 against 87.61), read as FedALS at most 1 point below FedAvg. Ours at "
               "2000 iterations (the paper: 10^4), seed 0, each method at its IID probes' lr (FedAvg 0.04, "
               "FedALS 0.01); the runs at 0.02 are beside.",
               beside(not_behind("fedals", "fedavg", 1.0), lambda res: {"at-other-lr": at_other_lr(res, "fedavg", "fedals")}),
-              "table1", "cifar10-iid", methods=("fedavg", "fedals")),
+              "table1", "cifar10-iid", methods=("fedavg", "fedals"),
+              reference_run="; ".join(authors_run(a, f"table1/cifar10-iid/{m}", " (their settings line's split "
+                                                                                   "\"noniid\" set to \"iid\")")
+                                      for a, m in ((1, "fedavg"), (10, "fedals")))),
         Claim("scaffold-noniid", "learning",
               "Non-IID CIFAR-10: FedALS + SCAFFOLD (alpha = 10) keeps FedALS's gain over FedAvg (Table 1: 51.21 "
               "against 46.51). Judged on Algorithm 4 (fedals-scaffold) at its probes' lr (0.04) against FedAvg "
@@ -232,7 +250,9 @@ PAPER = Paper(
                      lambda res: {"fedals-scaffold-authors": res.shown(res.mean("fedals-scaffold-authors", [0])),
                                   "fedals": res.shown(res.mean("fedals", [0])),
                                   "at-other-lr": at_other_lr(res, "fedals-scaffold")}),
-              "table1", "cifar10-noniid", methods=("fedavg", "fedals-scaffold")),
+              "table1", "cifar10-noniid", methods=("fedavg", "fedals-scaffold"),
+              reference_run=authors_run(10, "table1/cifar10-noniid/fedals-scaffold",
+                                        " (their settings line's mode \"sgd\" set to \"sca\": their SCAFFOLD)")),
         Claim("table2-params", "bookkeeping",
               "Parameters communicated per client in 2x10^4 iterations (ResNet-20, 5 clients, tau = 5, up plus "
               "down) for alpha = 1, 5, 10, 25, 50, 100, as the strategy's records count them (exact).",
