@@ -223,7 +223,8 @@ FILES = {"fedsmoo": "fedsmoo.txt", "fedals": "fedals-improved-generalization-bou
          "hcct": "hcct.txt"}
 # every mean±sd as a paper's text prints it (its plain form: "84.55±.14", "0.4651 ± 0.0071")
 PAIR = re.compile(r"(\d*\.\d+|\d+)\s*±\s*(\d*\.\d+|\d+)")
-# the source strings of every quote stored below simulations/ (tests/data/paper_quotes.json): the check offline
+# the source strings of every quote stored below simulations/ (tests/data/paper_quotes.json): the check offline;
+# a new quote adds its mean±sd (or its value) there exactly as the paper's text prints it, in the paper's unit
 SOURCE_QUOTES = json.loads((ROOT / "tests" / "data" / "paper_quotes.json").read_text())
 
 
