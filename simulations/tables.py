@@ -14,9 +14,10 @@ Every paper's folder ``simulations/<paper>/`` has the same parts:
 * ``claims.json`` and one ``<table>.png`` a table: written by :func:`build` from the summaries alone,
   with the page's claims table (between ``<!-- claims -->`` markers).
 
-The paper's numbers are stored as the decimal strings the paper prints (``"89.0"``, ``"0.84"``: the
-source's precision, never more digits), in the unit the page shows (``Paper.source_shift``: the
-power of ten from the source's unit, e.g. 2 where the paper prints fractions and the page percent).
+The paper's numbers are stored as the decimal strings the paper prints, at the source's precision and
+never more digits: where a display rounds a LaTeX ``\\numprint`` (PeFLL's 89.0 ± 0.8), the ``\\numprint``
+digits (``"88.96"``, ``"0.84"``); in the unit the page shows (``Paper.source_shift``: the power of ten
+from the source's unit, e.g. 2 where the paper prints fractions and the page percent).
 
 ``python -m simulations.run <paper> <table> --column C --scale cpu`` runs a table (simulations/run.py);
 ``python -m simulations.tables [PAPER ...] [--check]`` rebuilds the claims files, the plots and the

@@ -78,12 +78,13 @@ def test_authors_code_means_over_each_sides_seeds_and_masked_on_shared_seeds():
 
 def test_table1_page_block_of_the_new_clients_quotes_table1_b():
     text = markdown(table1(ROWS), "new")
-    assert "| pefll | 89.3 ± 2.2 | 75.00 ± 7.07 |" in text and "| pfedhn | 63.3 ± 3.7 | 42.00 |" in text
+    assert "| pefll | 89.30 ± 2.16 | 75.00 ± 7.07 |" in text and "| pfedhn | 63.33 ± 3.67 | 42.00 |" in text
+    assert "| local | 81.6 ± 0.7 | 75.00 |" in text  # Table 1 (b)'s Local row: its display, no \numprint behind it
     assert "new clients, test accuracy (%), unmasked" in text
-    assert "| pefll | 88.9 ± 2.4 | - |" in markdown(table1(ROWS), "new-masked")  # the paper's one decimal
+    assert "| pefll | 88.90 ± 2.40 | - |" in markdown(table1(ROWS), "new-masked")  # Table 6's \numprint digits
     assert set(TABLE1.columns) == {"cifar10-100c", "cifar10-500c", "cifar10-1000c", "cifar100-100c",
                                    "cifar100-500c", "cifar100-1000c", "femnist"}
-    assert TABLE1.columns["cifar100-100c"].paper_more["new"]["pefll"] == "35.2"  # below its seen 56.0: Table 1
+    assert TABLE1.columns["cifar100-100c"].paper_more["new"]["pefll"] == "35.17"  # below its seen 56.0: Table 1
     assert all(c.settings["paper"] == f"table1-{cid}/{{method}}.toml" for cid, c in TABLE1.columns.items())
 
 

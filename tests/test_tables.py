@@ -8,7 +8,7 @@ import os
 import re
 import subprocess
 import sys
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal, DecimalTuple
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -221,11 +221,58 @@ def test_smoke_tables_state_no_verdict():
 PAPERS_TEXT = ROOT.parent / "shared" / "papers"  # the papers' text where this checkout has it
 FILES = {"fedsmoo": "fedsmoo.txt", "fedals": "fedals-improved-generalization-bounds.txt", "pefll": "pefll.txt",
          "hcct": "hcct.txt"}
-# every mean±sd as a paper's text prints it (its plain form: "84.55±.14", "0.4651 ± 0.0071")
+# every mean±sd as a paper's text prints it: its plain form ("84.55±.14", "0.4651 ± 0.0071"), or the LaTeX
+# source's \numprint pair behind a display the paper rounds ("\numprint{88.96}\pm\numprint{0.84}" behind 89.0 ± 0.8)
 PAIR = re.compile(r"(\d*\.\d+|\d+)\s*±\s*(\d*\.\d+|\d+)")
+NUMPRINT = re.compile(r"\\numprint\{(\d*\.\d+|\d+)\}%?\s*\\pm%?\s*\\numprint\{(\d*\.\d+|\d+)\}")
+# a table cell of a paper's text (extracted from its HTML): the displayed mean±sd, then the source behind it
+CELL = re.compile(r"(\d*\.\d+|\d+)±(\d*\.\d+|\d+)(?:subscript)?plus-or-minus")
 # the source strings of every quote stored below simulations/ (tests/data/paper_quotes.json): the check offline;
-# a new quote adds its mean±sd (or its value) there exactly as the paper's text prints it, in the paper's unit
+# a new quote adds its mean±sd (or its value) there exactly as the paper's text prints it, in the paper's unit,
+# at its most precise: a display with a \numprint behind it is quoted as the \numprint
 SOURCE_QUOTES = json.loads((ROOT / "tests" / "data" / "paper_quotes.json").read_text())
+
+
+def digits(value: str, sd: str | None = None) -> DecimalTuple | tuple[DecimalTuple, DecimalTuple]:
+    """A decimal (or a mean±sd) digit for digit: "89.0" and "89.00" differ."""
+    return Decimal(value).as_tuple() if sd is None else (Decimal(value).as_tuple(), Decimal(sd).as_tuple())
+
+
+def source_pairs(sources: list[str]) -> set[tuple[DecimalTuple, DecimalTuple]]:
+    """The mean±sd pairs among a paper's source strings, plain or \\numprint."""
+    return {digits(m[1], m[2]) for q in sources for m in [PAIR.fullmatch(q) or NUMPRINT.fullmatch(q)] if m}
+
+
+def superseded(text: str) -> set[tuple[DecimalTuple, DecimalTuple]]:
+    """The forms of the text's mean±sd that a more precise form of the same cell replaces: each display with
+    a \\numprint behind it (in any table that shows it), and a \\numprint of it with fewer digits than another
+    (Table 1's 48.60 ± 0.28 is Table 2's 48.6 ± 0.3)."""
+    behind: dict[tuple, set[tuple]] = {}
+    for line in text.splitlines():
+        cells = list(CELL.finditer(line))
+        for cell, after in zip(cells, cells[1:] + [None]):
+            source = NUMPRINT.search(line, cell.end(), after.start() if after else len(line))
+            if source:
+                behind.setdefault(digits(cell[1], cell[2]), set()).add(digits(source[1], source[2]))
+
+    def precision(pair: tuple[DecimalTuple, DecimalTuple]) -> int:
+        return -(pair[0].exponent + pair[1].exponent)
+    out = set()
+    for display, sources in behind.items():
+        forms = sources | {display}
+        out |= {f for f in forms if precision(f) < max(map(precision, forms))}
+    return out
+
+
+def rounds_to(precise: DecimalTuple, coarse: DecimalTuple) -> bool:
+    """``coarse`` is ``precise`` rounded to fewer digits (half up, as the papers display)."""
+    return coarse.exponent > precise.exponent and Decimal(precise).quantize(
+        Decimal(coarse), rounding=ROUND_HALF_UP).as_tuple() == coarse
+
+
+def coarser(precise: tuple[DecimalTuple, DecimalTuple], coarse: tuple[DecimalTuple, DecimalTuple]) -> bool:
+    """The mean±sd ``coarse`` is ``precise`` with fewer digits in its mean, its sd or both."""
+    return coarse != precise and all(c == p or rounds_to(p, c) for p, c in zip(precise, coarse))
 
 
 def stored_quotes(paper: Paper) -> list[tuple[str, str | None]]:
@@ -253,26 +300,39 @@ def at_source(paper: Paper, value: str) -> Decimal:
 def test_paper_quotes_at_source_precision():
     assert all(isinstance(v, str) and (sd is None or isinstance(sd, str))
                for name in tables.PAPERS for v, sd in stored_quotes(tables.load(name)))
-    checked = 0
+    checked, replaced = 0, {}
     for name in tables.PAPERS:
         paper, sources = tables.load(name), SOURCE_QUOTES[name]
+        pairs = source_pairs(sources)
+        quotes = [(str(at_source(paper, v)), None if sd is None else str(at_source(paper, sd)))
+                  for v, sd in stored_quotes(paper)]
         text_file = PAPERS_TEXT / FILES[name]
-        if text_file.exists():  # the committed source strings are the paper's own
+        if text_file.exists():  # the committed source strings are the paper's own, at their most precise
             text = text_file.read_text()
             assert [q for q in sources if q not in text] == [], name
-        pairs = {(Decimal(m[1]).as_tuple(), Decimal(m[2]).as_tuple()) for m in map(PAIR.fullmatch, sources) if m}
-        for value, sd in stored_quotes(paper):
-            # equal as decimals AND in the number of digits: "89.00" is not the paper's "89.0"
+            replaced[name] = superseded(text)
+            assert [q for q in pairs if q in replaced[name]] == [], name
+            means = {v for v, _ in pairs}
+            assert [v for v, sd in quotes if sd is None and digits(v) in {m for m, _ in replaced[name]} - means] \
+                == [], name
+        for value, sd in quotes:
+            # equal as decimals AND in the number of digits: "89.00" is not the paper's "89.0", nor "89.0" its 88.96
             if sd is None:
-                assert str(at_source(paper, value)) in sources, (name, value)
+                assert value in sources, (name, value)
+                assert not any(rounds_to(m, digits(value)) for m, _ in pairs), (name, value)
             else:
-                assert (at_source(paper, value).as_tuple(), at_source(paper, sd).as_tuple()) in pairs, (name, value, sd)
+                assert digits(value, sd) in pairs, (name, value, sd)
+                assert not any(coarser(p, digits(value, sd)) for p in pairs), (name, value, sd)
             checked += 1
     assert checked > 350
-    assert (Decimal("89.00").as_tuple(), Decimal("0.80").as_tuple()) not in {
-        (Decimal(m[1]).as_tuple(), Decimal(m[2]).as_tuple()) for m in map(PAIR.fullmatch, SOURCE_QUOTES["pefll"]) if m}
-    # printed as stored: the paper's one decimal, FedALS's fractions times 100 digit for digit
+    # PeFLL's Table 1 shows 89.0 ± 0.8 and 56.0 ± 0.3 over the \numprint 88.96 ± 0.84 and (Table 6) 56.0 ± 0.34
+    assert {digits("89.0", "0.8"), digits("56.0", "0.3")} & source_pairs(SOURCE_QUOTES["pefll"]) == set()
+    if "pefll" in replaced:
+        assert {digits("89.0", "0.8"), digits("56.0", "0.3"), digits("48.6", "0.3")} <= replaced["pefll"]
+        assert digits("81.6", "0.7") not in replaced["pefll"]  # Table 1 (b)'s Local row: no \numprint behind it
+    # printed as stored: PeFLL's source digits, FedALS's fractions times 100 digit for digit
     pefll, fedals = tables.load("pefll"), tables.load("fedals")
-    assert "| pefll | 89.0 ± 0.8 |" in tables.markdown(tables.results(pefll, "table1", "cifar10-100c", "cpu"))
+    assert "| pefll | 88.96 ± 0.84 |" in tables.markdown(tables.results(pefll, "table1", "cifar10-100c", "cpu"))
+    assert "| pefll | 56.0 ± 0.34 |" in tables.markdown(tables.results(pefll, "table1", "cifar100-100c", "paper"))
     svhn = tables.markdown(tables.results(fedals, "table1", "svhn-noniid", "paper"))
     assert "| scaffold | 71.80 ± 4.016 |" in svhn  # the paper's 0.7180 ± 0.04016
