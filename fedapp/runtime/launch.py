@@ -82,10 +82,11 @@ def ends_with_this_process(sig: signal.Signals = signal.SIGKILL):
     A `flwr` CLI process left running would start a new local SuperLink of its own."""
     if sys.platform != "linux":
         return None
-    libc, parent = ctypes.CDLL(None, use_errno=True), os.getpid()
+    # looked up here: the child between fork and exec runs as little as it can (other threads' locks)
+    prctl, parent = ctypes.CDLL(None, use_errno=True).prctl, os.getpid()
 
     def arm() -> None:
-        libc.prctl(PR_SET_PDEATHSIG, int(sig))
+        prctl(PR_SET_PDEATHSIG, int(sig))
         if os.getppid() != parent:  # this process ended before the signal was armed
             os.kill(os.getpid(), sig)
 
