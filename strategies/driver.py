@@ -272,9 +272,13 @@ class Driver:
         #: ClientApp the strategy cannot use)
         self.refused: dict[int, int] = {}
         #: the ``site-keys`` table (key fingerprint -> site; fedapp.core.sites), set by the ServerApp in a
-        #: deployment that binds partitions to SuperNode keys; None: the first node to claim a partition serves it
+        #: deployment that binds partitions to SuperNode keys; None: ``first_keys``, else the first node to
+        #: claim a partition serves it
         self.sites: dict[str, sites.Site] | None = None
         self.unbound: dict[int, str] = {}  # node id -> why its key may not serve the partition it claims
+        #: without ``sites``, where the SuperLink authenticates SuperNodes (set to {} by the ServerApp): key
+        #: fingerprint -> the partition it claimed first, bound to it (sites.bind_first); None: off
+        self.first_keys: dict[str, sites.Site] | None = None
         self.traffic: Counter = Counter()  # this round's bytes and parameters, each way
         self.dropped: Counter = Counter()  # this round's dropped replies by reason
         self.clipped = 0  # this round's replies scaled down to the norm bound (robust)
@@ -300,7 +304,8 @@ class Driver:
         """Ask unknown nodes for their partition id; wait up to ``wait`` s for num-clients. With a
         ``site-keys`` table (``sites``) a node serves the partition it claims only if its key is
         bound to it; other nodes are refused (asked again at the next call: a site may have fixed
-        its partition-id and restarted)."""
+        its partition-id and restarted). Without one, under SuperNode authentication (``first_keys``),
+        the first key to claim a partition is bound to it (``sites.bind_first``)."""
         deadline, clients = time.time() + wait, self.clients
         unbound: set[int] = set()  # refused for their keys in this call
         while True:
@@ -315,7 +320,8 @@ class Driver:
                 for node in new:
                     self.plain_client(node)
             elif new:
-                keys = {} if self.sites is None else {n.node_id: n.public_key for n in grid.get_nodes()}
+                keys = {} if self.sites is None and self.first_keys is None else {
+                    n.node_id: n.public_key for n in grid.get_nodes()}
                 msgs = [Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=n,
                                 message_type=MessageType.QUERY) for n in new]
                 for msg in send_and_receive(grid, msgs, self.cfg.round_timeout):
@@ -333,7 +339,10 @@ class Driver:
                             f"'num-clients' = {self.cfg.num_clients}: make them equal (options.num-supernodes "
                             "in $FLWR_HOME/config.toml, or python -m fedapp.runtime.launch, which sets it)")
                     pid, node = int(m["partition-id"]), msg.metadata.src_node_id
-                    if self.sites is not None and (why := sites.refusal(self.sites, node, keys.get(node), pid)):
+                    pem = keys.get(node)
+                    if why := (sites.refusal(self.sites, node, pem, pid) if self.sites is not None else
+                               sites.bind_first(self.first_keys, node, pem, pid) if self.first_keys is not None
+                               else None):
                         if self.unbound.get(node) != why:
                             log(WARNING, why)
                         self.unbound[node] = why

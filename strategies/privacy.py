@@ -113,11 +113,12 @@ def refusal(strategy: str) -> str:
 
 
 def planned_sample(cfg: RunConfig) -> int:
-    """Clients a round samples when every training client is connected (the preflight's n)."""
-    from fedapp.core.data import split_seen_unseen
+    """Clients a round samples when every training client is connected (the preflight's n); counted,
+    not drawn, so an absurd ``num-clients`` allocates nothing here."""
+    from fedapp.core.data.indices import num_unseen
 
-    seen = split_seen_unseen(cfg.num_clients, cfg.unseen_fraction, cfg.seed)[0]
-    return sample_size(len(seen), cfg.fraction_train, cfg.min_train_nodes)
+    seen = cfg.num_clients - num_unseen(cfg.num_clients, cfg.unseen_fraction)
+    return sample_size(seen, cfg.fraction_train, cfg.min_train_nodes)
 
 
 class Wrapped(RoundHooks, Protocol):

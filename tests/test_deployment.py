@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from cryptography.hazmat.primitives import serialization
 
+from fedapp.core import sites
 from fedapp.runtime.client_app import app, load_state
 from fedapp.runtime.registry import parse_run_config
 from fedapp.runtime.launch import process_tree
@@ -210,6 +212,13 @@ def test_fedavg_run_completes_on_the_registered_sites(federation, tmp_path):
     assert [r["round"] for r in rows] == [0, 1]
     assert rows[1]["replies"] == 1 and rows[1]["dropped-replies"] == 0 and rows[1]["train-loss"] > 0
     assert not list((federation.root / "state").rglob("fedavg-*"))  # stateless clients write no state files
+    # the SuperLink authenticates SuperNodes and no site-keys is given: each partition is bound to its site's key
+    log = subprocess.run(["flwr", "log", str(run_id), "sites", "--show"], env=federation.cli_env, capture_output=True,
+                         text=True, timeout=180).stdout  # the ServerApp's log
+    for site, pid in SITES.items():
+        key = sites.fingerprint(serialization.load_ssh_public_key((federation.creds / f"{site}.pub").read_bytes()))
+        assert f"partition {pid} bound to key {key} (node {federation.node_ids[site]}) for the rest of the run" in log, \
+            log[-3000:]
 
 
 def test_scaffold_run_keeps_client_state_across_a_supernode_restart(federation, tmp_path):

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import logging
 import subprocess
+import sys
+import time
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from flwr.app import MessageType
+from flwr.app import Context, MessageType, RecordDict
 from flwr.proto.node_pb2 import NodeInfo
 
 from fedapp.core import sites
@@ -17,8 +19,9 @@ from fedapp.runtime.client_app import app
 from fedapp.core.config import ConfigError
 from fedapp.runtime.registry import parse_run_config
 from fedapp.runtime.inprocess import InProcessGrid, run_local
-from fedapp.runtime.server_app import build_strategy, run
-from test_deployment import SITES, federation, free_port, rounds, run_config  # noqa: F401
+from fedapp.runtime.launch import process_tree
+from fedapp.runtime.server_app import build_strategy, run, superlink_authenticates
+from test_deployment import SITES, federation, free_port, rounds, run_config, signal_all  # noqa: F401
 from test_reliability import config, image_tree  # noqa: F401
 
 
@@ -89,6 +92,63 @@ def test_partition_bound_to_site_key(impostor_first, config, tmp_path, monkeypat
     assert [r.getMessage() for r in caplog.records if "refused" in r.getMessage()] == [
         f"node 101 refused: its key {sites.pem_fingerprint(c_pem)} is site 'site-c''s, bound to partition 2, "
         "but it claims partition 0"]
+
+
+def test_partitions_bound_to_first_keys_without_site_keys(config, tmp_path, monkeypatch, caplog):
+    """No site-keys, under SuperNode authentication: each partition is bound to the first key that
+    claims it, for the rest of the run. A third key claiming partition 0 after site A is refused and
+    never trains, also once site A's node is gone; site A back with its key (a new node) serves it
+    again; site B's key claiming partition 0 is refused."""
+    monkeypatch.setattr("fedapp.runtime.results.plot", lambda *a, **kw: None)
+    monkeypatch.setattr("fedapp.runtime.server_app.superlink_authenticates", lambda: True)
+    (_, a_pem), (_, b_pem), (_, d_pem) = keypair(), keypair(), keypair()
+    fp = {pem: sites.pem_fingerprint(pem) for pem in (a_pem, b_pem, d_pem)}
+    cfg = config("fedavg", **{"num-clients": 2, "num-server-rounds": 2, "node-wait-timeout": 0.0})
+    grid = KeyedGrid(cfg, [0, 1, 0], [a_pem, b_pem, d_pem])
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        strategy = run(grid, cfg)
+    assert {pid: c.node_id for pid, c in strategy.clients.items()} == {0: 101, 1: 102}
+    assert [t for n, t in grid.got if n == 103] == [MessageType.QUERY] * 3  # discovery at the start and each round
+    assert [r["replies"] for r in strategy.history[1:]] == [2, 2]
+    said = [r.getMessage() for r in caplog.records if " bound to " in r.getMessage()]
+    assert said == [f"partition 0 bound to key {fp[a_pem]} (node 101) for the rest of the run: the first key to "
+                    "claim it (no site-keys)",
+                    f"partition 1 bound to key {fp[b_pem]} (node 102) for the rest of the run: the first key to "
+                    "claim it (no site-keys)",
+                    f"node 103 refused: partition 0 is bound to key {fp[a_pem]}, the first to claim it (no "
+                    f"site-keys), not to its key {fp[d_pem]}"]
+
+    driver = strategy.driver
+    del grid.contexts[101]  # site A's node is gone: the third key is still refused
+    driver.discover(grid)
+    assert driver.clients[0].node_id == 101 and 103 in driver.unbound
+    for node, pem in ((104, b_pem), (105, a_pem)):  # site B's key, then site A back, claiming partition 0
+        grid.contexts[node] = Context(1, node, {"partition-id": 0}, RecordDict(), cfg)
+        grid.pems[node] = pem
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        driver.discover(grid)
+    assert driver.clients[0].node_id == 105 and 103 in driver.unbound
+    assert [r.getMessage() for r in caplog.records if " bound to " in r.getMessage()] == [
+        f"node 104 refused: its key {fp[b_pem]} is bound to partition 1, which it claimed first (no site-keys), "
+        "but it claims partition 0"]
+
+
+def test_the_serverapp_reads_supernode_authentication_from_its_superlink():
+    """From the nearest flower-superlink ancestor's command line, as Flower's parser reads it."""
+    child = "import subprocess; subprocess.run(['sleep', '60'])"
+    for flags, authenticates in ((["--enable-supernode-auth", "--ssl-certfile", "s.pem"], True), (["--insecure"], False)):
+        parent = subprocess.Popen([sys.executable, "-c", child, "bin/flower-superlink", *flags])
+        try:
+            deadline = time.time() + 30
+            while len(tree := process_tree(parent.pid)) < 2:
+                assert time.time() < deadline
+                time.sleep(0.05)
+            assert superlink_authenticates(tree[-1]) is authenticates
+            assert superlink_authenticates(parent.pid) is False  # not below a SuperLink
+        finally:
+            signal_all(process_tree(parent.pid), 9)
+            parent.wait()
 
 
 def test_site_keys_table_is_one_to_one(tmp_path, config):

@@ -91,6 +91,14 @@ def supernode_parser():
     return _parse_args_run_supernode()
 
 
+def superlink_parser():
+    """The argument parser of ``flower-superlink`` (``flwr.superlink.cli.flower_superlink``): whether a
+    SuperLink authenticates SuperNodes, read from its command line (``fedapp.runtime.watchdog``)."""
+    from flwr.superlink.cli.flower_superlink import _parse_args_run_superlink
+
+    return _parse_args_run_superlink()
+
+
 def encode(content: RecordDict) -> bytes:
     """A message content as the transport carries it (Flower's protobuf serialisation)."""
     from flwr.common.serde import recorddict_to_proto

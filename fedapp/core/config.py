@@ -43,7 +43,8 @@ class Key:
             return "one of " + ", ".join(repr(c) for c in sorted(choices)) + (f" or {self.also[0]}" if self.also else "")
         lo = "-inf" if self.low is None else self.low
         hi = "inf" if self.high is None else self.high
-        return f"a {self.type.__name__} in {'(' if self.low_open else '['}{lo}, {hi}]"
+        article = "an" if self.type is int else "a"
+        return f"{article} {self.type.__name__} in {'(' if self.low_open else '['}{lo}, {hi}]"
 
     def parse(self, value: Any, full_name: str | None = None) -> Any:
         """Coerce ``value`` to the key's type and check it, or raise ConfigError naming
@@ -98,7 +99,8 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("strategy", str, "fedavg", "Algorithm: server strategy and matching client."),
     Key("num-server-rounds", int, 10, "Federated rounds (PeFLL: training steps).", low=1),
     # 2: the size of Flower's default local simulation federation, so a plain `flwr run .` works
-    Key("num-clients", int, 2, "Clients (data partitions); the federation must have this many SuperNodes.", low=1),
+    Key("num-clients", int, 2, "Clients (data partitions); the federation must have this many SuperNodes. "
+        "Synthetic data for more clients than the memory available holds is refused.", low=1),
     Key("fraction-train", float, 1.0, "Share of the training clients sampled each round.", low=0.0, high=1.0, low_open=True),
     Key("min-train-nodes", int, 1, "Fewest valid training replies a round needs to update the model.", low=1),
     Key("fraction-evaluate", float, 1.0, "Share of clients in federated evaluation (0 turns it off).", low=0.0, high=1.0),
@@ -186,8 +188,9 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("round-timeout", float, 600.0, "Seconds to wait for replies in one exchange.", low=0.0, low_open=True),
     Key("node-wait-timeout", float, 120.0, "Seconds to wait for num-clients nodes to connect.", low=0.0),
     Key("site-keys", str, "", "Deployment: TOML table on the SuperLink's machine binding each SuperNode public key "
-        "to its partition-id and site name (fedapp/core/sites.py); '' none: the first node to claim a partition "
-        "serves it."),
+        "to its partition-id and site name (fedapp/core/sites.py); '' none: with SuperNode authentication each "
+        "partition is bound to the first key that claims it, for the rest of the run; without, the first node to "
+        "claim a partition serves it."),
     Key("results-dir", str, "results", "Where each run writes its folder of results (absolute for deployments)."),
     Key("run-name", str, "", "Name of the run's results folder; '' makes strategy-dataset-timestamp."),
     Key("tensorboard", bool, False, "Also log every round's metrics for TensorBoard under the run folder's "

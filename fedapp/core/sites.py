@@ -14,6 +14,11 @@ accepted only for the partition its key is bound to: a key not in the table, or 
 another partition than its own, is refused with one line naming the key's fingerprint (as
 ``ssh-keygen -lf`` prints it), whatever the order the nodes connect in. A table giving two keys
 one partition, or one key two sites, is refused before the run starts.
+
+Without a table, where the SuperLink authenticates SuperNodes, each partition is bound to the
+first key that claims it, for the rest of the run (``bind_first``, logged): a node with another
+key never serves it, also once that key's node is gone. Which key claims first is then the order
+the nodes answer in; the table decides it beforehand.
 """
 
 from __future__ import annotations
@@ -24,7 +29,10 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from logging import INFO
+
 from cryptography.hazmat.primitives import serialization
+from flwr.common import log
 
 from fedapp.core.config import ConfigError
 
@@ -97,4 +105,27 @@ def refusal(sites: dict[str, Site], node: int, pem: bytes | None, claimed: int) 
     if site.partition != claimed:
         return (f"node {node} refused: its key {key} is site {site.name!r}'s, bound to partition {site.partition}, "
                 f"but it claims partition {claimed}")
+    return None
+
+
+def bind_first(bound: dict[str, Site], node: int, pem: bytes | None, claimed: int) -> str | None:
+    """Why ``node`` (public key ``pem``, None when the SuperLink reports none) may not serve the
+    partition it ``claimed`` when no table is given, in one line; None when its key is bound to that
+    partition. ``bound`` (key fingerprint -> site) grows with each key that claims a partition no key
+    holds yet: bound to it from then on."""
+    if not pem:
+        return f"node {node} refused: the SuperLink reports no public key for it"
+    key = pem_fingerprint(pem)
+    owner = next((site for site in bound.values() if site.partition == claimed), None)
+    if key not in bound and owner is None:
+        bound[key] = Site(f"partition {claimed}", claimed, key)
+        log(INFO, "partition %d bound to key %s (node %d) for the rest of the run: the first key to claim it "
+            "(no site-keys)", claimed, key, node)
+        return None
+    if key not in bound:
+        return (f"node {node} refused: partition {claimed} is bound to key {owner.fingerprint}, the first to claim it "
+                f"(no site-keys), not to its key {key}")
+    if bound[key].partition != claimed:
+        return (f"node {node} refused: its key {key} is bound to partition {bound[key].partition}, which it claimed "
+                f"first (no site-keys), but it claims partition {claimed}")
     return None

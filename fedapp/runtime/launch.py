@@ -6,8 +6,10 @@ final status with ``flwr ls --run-id ID --format json``, and stops the SuperLink
 started. It starts that SuperLink itself, on free ports, while it checks the run config
 (``fedapp/runtime/preflight.py``), and submits once the check passed, never to a SuperLink that
 another launch (or anything else) runs; on Ctrl-C,
-SIGTERM or ``--timeout`` it stops the run and every process it started. Used by
-``scripts/run.sh``, the tests and the benchmarks.
+SIGTERM or ``--timeout`` it stops the run and every process it started. When it ends without
+that cleanup (SIGKILL, the kernel's out-of-memory killer), its processes end with it: each
+process it starts gets Linux's parent-death signal, and a reaper process stops what those
+started in turn. Used by ``scripts/run.sh``, the tests and the benchmarks.
 
     python -m fedapp.runtime.launch --run-config "strategy='fedprox' num-server-rounds=5"
 """
@@ -15,6 +17,7 @@ SIGTERM or ``--timeout`` it stops the run and every process it started. Used by
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import re
@@ -31,7 +34,7 @@ from pathlib import Path
 
 from fedapp.core.config import COMMON_KEYS, ConfigError
 
-COMMON_DEFAULTS = {k.name: k.default for k in COMMON_KEYS}
+NUM_CLIENTS = next(k for k in COMMON_KEYS if k.name == "num-clients")
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Flower's executables sit beside this interpreter: `.venv/bin/python -m fedapp.runtime.launch` works
@@ -68,6 +71,48 @@ def write_flower_config(home: Path, num_supernodes: int, num_cpus: int = 1, num_
         f"options.backend.client-resources.num-cpus = {num_cpus}\n"
         f"options.backend.client-resources.num-gpus = {num_gpus}\n")
     return path
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def ends_with_this_process(sig: signal.Signals = signal.SIGKILL):
+    """A ``preexec_fn`` that has Linux send the child ``sig`` when this process ends, however it
+    ends (SIGKILL included: ``prctl(PR_SET_PDEATHSIG)``, kept across the child's exec); None off Linux.
+    A `flwr` CLI process left running would start a new local SuperLink of its own."""
+    if sys.platform != "linux":
+        return None
+    # looked up here: the child between fork and exec runs as little as it can (other threads' locks)
+    prctl, parent = ctypes.CDLL(None, use_errno=True).prctl, os.getpid()
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, int(sig))
+        if os.getppid() != parent:  # this process ended before the signal was armed
+            os.kill(os.getpid(), sig)
+
+    return arm
+
+
+class Reaper:
+    """A process that stops this launch's processes (``stop_local_superlink``) if the launcher ends
+    without stopping them itself: the parent-death signal reaches only the launcher's own children,
+    not the SuperExec, simulation and Ray processes below the SuperLink. It waits on a pipe from the
+    launcher, which reads end-of-file when the launcher ends, however it ends; ``done`` tells it the
+    launcher has cleaned up. It runs in a session of its own (a Ctrl-C to the launcher's process
+    group leaves it be) and without the launch id (it is no process of the launch)."""
+
+    CODE = ("import sys\nif sys.stdin.buffer.read() != b'done':\n"
+            "    from pathlib import Path\n    from fedapp.runtime.launch import stop_local_superlink\n"
+            "    stop_local_superlink(Path(sys.argv[1]), sys.argv[2])\n")
+
+    def __init__(self, home: Path, env: dict):
+        self.proc = subprocess.Popen([sys.executable, "-c", self.CODE, str(home), env[LAUNCH_ID]],
+                                     env={k: v for k, v in env.items() if k != LAUNCH_ID}, cwd=ROOT,
+                                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
+
+    def done(self) -> None:
+        self.proc.communicate(b"done")
 
 
 def superlink_command(home: Path, env: dict) -> list[str]:
@@ -121,8 +166,10 @@ def start_local_superlink(home: Path, env: dict) -> subprocess.Popen:
     its own imports, and waits for it before submitting, so the three were in series (about 2, 2
     and 3.5 s of CPU)."""
     (home / "local-superlink").mkdir(parents=True, exist_ok=True)
+    # SIGTERM when the launcher ends: Flower's SuperLink then stops its SuperExec itself
     return subprocess.Popen(superlink_command(home, env), env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+                            stderr=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=ends_with_this_process(signal.SIGTERM))
 
 
 #: seconds the launcher waits for the SuperLink it started (`flwr run` waits 15 s, which a SuperLink
@@ -175,7 +222,8 @@ class PrewarmedFlwr:
 
     def __init__(self, env: dict):
         self.proc = subprocess.Popen([sys.executable, "-c", self.CODE], env=env, cwd=ROOT, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     preexec_fn=ends_with_this_process())
 
     def run(self, args: list[str]) -> subprocess.CompletedProcess:
         out, err = self.proc.communicate(json.dumps(args) + "\n")
@@ -189,7 +237,8 @@ class PrewarmedFlwr:
 
 
 def _flwr(args: list[str], env: dict, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "flwr"), *args], env=env, cwd=ROOT, text=True, capture_output=True, **kw)
+    return subprocess.run([str(BIN / "flwr"), *args], env=env, cwd=ROOT, text=True, capture_output=True,
+                          preexec_fn=ends_with_this_process(), **kw)
 
 
 def run_status(run_id: str, env: dict) -> dict:
@@ -393,14 +442,15 @@ def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, 
     log = None
     run_id = None
     submit = None
+    reaper = Reaper(home, env)  # before anything it would have to stop
     try:
         # first: the SuperLink starts, and `flwr run` imports, beside this process reading and checking
         # the run config; a bad config stops both (below) before anything is submitted
         superlink = start_local_superlink(home, env)
         submit = PrewarmedFlwr(env)
         overrides = run_config_overrides(run_config)
-        if num_supernodes is None:
-            num_supernodes = int(overrides.get("num-clients", COMMON_DEFAULTS["num-clients"]))
+        if num_supernodes is None:  # checked as the run config's key, before the SuperNodes are made
+            num_supernodes = NUM_CLIENTS.parse(overrides.get("num-clients", NUM_CLIENTS.default))
         if check:
             from fedapp.core.experiment import release_data
             from fedapp.runtime.preflight import check as preflight
@@ -420,7 +470,8 @@ def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, 
         except (ValueError, KeyError):
             raise RuntimeError(f"flwr run did not start a run:\n{sub.stdout}\n{sub.stderr}") from None
         log = subprocess.Popen([str(BIN / "flwr"), "log", run_id, "local", "--stream"], env=env, cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                               preexec_fn=ends_with_this_process())
         reader = threading.Thread(target=follow_log, args=(log.stdout, stream, found), daemon=True)
         reader.start()
         deadline = None if timeout is None else time.time() + timeout
@@ -470,6 +521,7 @@ def launch(run_config: str | list[str] = "", num_supernodes: int | None = None, 
                     log.kill()
                     log.wait()
             stop_local_superlink(home, token)
+            reaper.done()
         finally:
             signal.signal(signal.SIGINT, old)
     replot(found[0] if found else None)  # nothing writes to the folder any more

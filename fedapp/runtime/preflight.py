@@ -12,6 +12,7 @@ plain ``flwr run .`` fails the same way.
 from __future__ import annotations
 
 import importlib.util
+import os
 import tempfile
 from collections.abc import Mapping
 from logging import WARNING
@@ -25,6 +26,7 @@ from fedapp.runtime import checkpoint, registry
 from fedapp.core.config import ConfigError, RunConfig
 from fedapp.runtime.registry import defaults, parse_run_config
 from fedapp.core.data import Dataset, local_test_split, prepare, split_seen_unseen
+from fedapp.core.data.sources import synthetic_bytes
 from fedapp.core.data.tables import ColumnError
 from fedapp.core.experiment import dataset, model_for, partitions
 
@@ -34,6 +36,32 @@ def check_device(cfg: RunConfig) -> None:
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("run config 'device' = 'cuda' but torch finds no CUDA GPU on this machine "
                           f"(torch {torch.__version__}); use device='auto' or 'cpu'")
+
+
+def memory() -> tuple[int, int]:
+    """(bytes available, bytes in all) of this machine's memory: Linux's MemAvailable and MemTotal,
+    elsewhere the physical memory for both."""
+    try:
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        return int(info["MemAvailable"].split()[0]) * 1024, int(info["MemTotal"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return total, total
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB"
+
+
+def check_sizes(cfg: RunConfig) -> None:
+    """Sizes that would exhaust the memory, refused before anything is allocated: the synthetic
+    data of ``num-clients`` clients (``synthetic_bytes``, from the clients' expected size)."""
+    if cfg.dataset == "synthetic":
+        need, (free, total) = synthetic_bytes(cfg.num_clients), memory()
+        if need > free:
+            raise ConfigError(f"run config 'num-clients' = {cfg.num_clients}: the synthetic data of that many "
+                              f"clients needs about {gib(need)} of memory, this machine has {gib(free)} available "
+                              f"({gib(total)} in all); use fewer clients")
 
 
 def load_data(cfg: RunConfig) -> Dataset:
@@ -126,11 +154,25 @@ def check_results_dir(cfg: RunConfig, base: Path | None = None) -> None:
 
 def check_aggregation(cfg: RunConfig) -> None:
     """A robust ``aggregation`` acts on every update the strategy combines; a strategy that combines
-    none refuses it."""
+    none refuses it. Krum's settings hold for the n clients a round samples: its scores assume
+    n > 2f + 2 (Blanchard et al., 2017), and Multi-Krum averages m <= n - f replies."""
     why = registry.get(cfg.strategy).strategy.robust_refusal
     if cfg.aggregation != "mean" and why:
         raise ConfigError(f"run config 'aggregation' = {cfg.aggregation!r} is invalid for strategy {cfg.strategy!r}: "
                           f"{why}; allowed is 'mean'")
+    if cfg.aggregation == "krum":
+        from strategies.privacy import planned_sample
+
+        n, f, m = planned_sample(cfg), cfg.krum_byzantine, cfg.krum_select
+        if n < 3:
+            raise ConfigError(f"run config 'aggregation' = 'krum' needs 3 or more clients a round (n > 2f + 2), "
+                              f"not {n}")
+        if n <= 2 * f + 2:
+            raise ConfigError(f"run config 'krum-byzantine' = {f} is invalid with the {n} clients a round samples: "
+                              f"Krum needs n > 2f + 2; allowed is 0..{(n - 3) // 2}")
+        if m > n - f:
+            raise ConfigError(f"run config 'krum-select' = {m} is invalid with the {n} clients a round samples and "
+                              f"'krum-byzantine' = {f}: Multi-Krum averages at most n - f; allowed is 1..{n - f}")
 
 
 def check_privacy(cfg: RunConfig) -> None:
@@ -177,6 +219,7 @@ def check(run_config: Mapping[str, Any], local: bool = True, base: Path | None =
     machine from this run config's data (a simulation), so device and partitions are checked;
     ``base``: what a relative ``results-dir`` is relative to (default: the working directory)."""
     cfg = parse_run_config(run_config)
+    check_sizes(cfg)
     check_aggregation(cfg)
     check_privacy(cfg)
     warn_foreign_keys(cfg)

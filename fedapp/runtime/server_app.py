@@ -10,11 +10,12 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedapp.runtime import checkpoint, preflight, registry
 from fedapp.core import sites
-from fedapp.core.compat import flower_grids
+from fedapp.core.compat import flower_grids, superlink_parser
 from fedapp.core.config import ConfigError, RunConfig
 from fedapp.core.experiment import dataset, model_for, partitions
 from fedapp.core.files import DiskFull
 from fedapp.runtime.results import ResultsWriter
+from fedapp.runtime.watchdog import ancestor
 
 app = ServerApp()
 FINAL_METRICS = ("central-accuracy", "fed-accuracy", "fed-seen-accuracy", "fed-unseen-accuracy", "central-loss",
@@ -28,6 +29,19 @@ def simulated(grid: Grid) -> bool:
     if contexts is not None:
         return all("num-partitions" in c.node_config for c in contexts.values())
     return isinstance(grid, flower_grids()[1])
+
+
+def superlink_authenticates(pid: int | None = None) -> bool:
+    """Whether the SuperLink that started process ``pid`` (this ServerApp, through the SuperLink's
+    SuperExec: the nearest ``flower-superlink`` ancestor) runs with ``--enable-supernode-auth``: then
+    the key it reports for a node is one the operator registered. False without such an ancestor (a
+    SuperExec run on its own)."""
+    if (found := ancestor("flower-superlink", pid)) is None:
+        return False
+    try:
+        return bool(superlink_parser().parse_known_args(found[1])[0].enable_supernode_auth)
+    except SystemExit:  # a command line Flower's parser refuses
+        return False
 
 
 def build_strategy(cfg: RunConfig):
@@ -50,6 +64,8 @@ def run(grid: Grid, run_config):
     strategy = build_strategy(cfg)
     if cfg.site_keys:
         strategy.driver.sites = sites.load(cfg.site_keys, cfg.num_clients)
+    elif not simulated(grid) and superlink_authenticates():
+        strategy.driver.first_keys = {}  # each partition bound to the first key that claims it
     start = checkpoint.resume(strategy, cfg.resume_from) if cfg.resume_from else 1
     if cfg.resume_from:
         log(INFO, "resuming from %s: rounds 1-%d restored, continuing with round %d of %d", cfg.resume_from,

@@ -53,28 +53,39 @@ def _ppid(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+def ancestor(program: str, pid: int | None = None) -> tuple[int, list[str]] | None:
+    """The nearest ancestor of ``pid`` (this process) running ``program`` (a Flower executable): its
+    pid and the arguments after the program's name; None without one or off Linux."""
+    try:
+        pid = _ppid(pid or os.getpid())
+        while pid > 1:
+            argv = _cmdline(pid)
+            start = next((i for i, a in enumerate(argv) if Path(a).name == program), None)
+            if start is not None:
+                return pid, argv[start + 1:]
+            pid = _ppid(pid)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def supernode_superlink(pid: int | None = None) -> tuple[str, str | bool] | None:
     """The ``/health`` URL of the SuperLink the nearest ``flower-supernode`` ancestor of ``pid``
     (this process) dials, and what verifies its certificate (CA path, True: system CAs, False:
     ``--insecure``); None without such an ancestor or off Linux."""
+    if (found := ancestor("flower-supernode", pid)) is None:
+        return None
     try:
         # Flower's own parser, so defaults (address, TLS) are those the SuperNode applied
         from fedapp.core.compat import supernode_parser
 
-        pid = _ppid(pid or os.getpid())
-        while pid > 1:
-            argv = _cmdline(pid)
-            start = next((i for i, a in enumerate(argv) if Path(a).name == "flower-supernode"), None)
-            if start is not None:
-                args, _ = supernode_parser().parse_known_args(argv[start + 1:])
-                cwd = Path(f"/proc/{pid}/cwd").resolve()
-                ca = args.root_certificates and str(cwd / args.root_certificates)
-                verify = False if args.insecure else ca or True
-                return f"{'http' if args.insecure else 'https'}://{args.superlink}/health", verify
-            pid = _ppid(pid)
-    except (ImportError, OSError, ValueError, IndexError, SystemExit):
-        pass
-    return None
+        args, _ = supernode_parser().parse_known_args(found[1])
+        cwd = Path(f"/proc/{found[0]}/cwd").resolve()
+    except (ImportError, OSError, SystemExit):
+        return None
+    ca = args.root_certificates and str(cwd / args.root_certificates)
+    verify = False if args.insecure else ca or True
+    return f"{'http' if args.insecure else 'https'}://{args.superlink}/health", verify
 
 
 class _Watch:

@@ -17,12 +17,17 @@ PARTITION_NAMES = ("iid", "dirichlet", "dirichlet-hsu", "pathological", "patholo
                    "natural", "pfedhn")
 
 
-def split_seen_unseen(num_clients: int, unseen_fraction: float, seed: int) -> tuple[list[int], list[int]]:
-    """(seen, unseen) client ids, sorted: ``round(fraction * n)`` random clients (>= 1 when the
-    fraction is positive) are held out of training to measure generalisation to new clients."""
+def num_unseen(num_clients: int, unseen_fraction: float) -> int:
+    """How many of ``num_clients`` clients ``split_seen_unseen`` holds out: ``round(fraction * n)``, at
+    least 1 when the fraction is positive."""
     n_unseen = round(unseen_fraction * num_clients)
-    if unseen_fraction > 0:
-        n_unseen = min(num_clients, max(1, n_unseen))
+    return min(num_clients, max(1, n_unseen)) if unseen_fraction > 0 else n_unseen
+
+
+def split_seen_unseen(num_clients: int, unseen_fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """(seen, unseen) client ids, sorted: ``num_unseen`` random clients are held out of training to
+    measure generalisation to new clients."""
+    n_unseen = num_unseen(num_clients, unseen_fraction)
     perm = np.random.default_rng(seed).permutation(num_clients)
     return sorted(map(int, perm[n_unseen:])), sorted(map(int, perm[:n_unseen]))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import math
 import os
 import socket
 import tarfile
@@ -126,7 +127,8 @@ def load_dataset(
         if not data_dir or not path.is_dir():
             raise FileNotFoundError(f"table needs data_dir pointing at a folder with train.csv or train.parquet "
                                     f"(and optionally test.csv or test.parquet); got {data_dir!r}")
-        arrays = _cached(name, f"{_fingerprint(path)}:{sorted(opts.items())}", lambda: read_table_dir(path, opts))
+        # "v2": a table cached before unlabelled rows were refused is read (and refused) again
+        arrays = _cached(name, f"v2:{_fingerprint(path)}:{sorted(opts.items())}", lambda: read_table_dir(path, opts))
         return _dataset_of(name, arrays, augment=False)
     if name in ("mnli", "shakespeare-pairs"):
         return _dataset_of(name, _prompt_pairs(name, data_dir), augment=False)
@@ -212,6 +214,27 @@ def _dataset_of(name: str, arrays: dict, augment: bool) -> Dataset:
 
 
 # --------------------------------------------------------------------------- synthetic
+
+
+def synthetic_mean_size() -> float:
+    """Expected examples of one Synthetic client, min(floor(L) + 50, SYNTHETIC_MAX_CLIENT_SIZE) with L
+    lognormal(4, 2): E[min(L, c)] = e^(mu + s^2/2) Phi((ln c - mu - s^2) / s) + c (1 - Phi((ln c - mu) / s)),
+    less half an example for the floor."""
+    mu, s, c = 4.0, 2.0, SYNTHETIC_MAX_CLIENT_SIZE - 50
+
+    def phi(z: float) -> float:
+        return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+
+    capped = math.exp(mu + s * s / 2) * phi((math.log(c) - mu - s * s) / s) + c * (1.0 - phi((math.log(c) - mu) / s))
+    return capped - 0.5 + 50
+
+
+def synthetic_bytes(num_clients: int, dim: int = 60) -> int:
+    """Memory ``make_synthetic`` holds at its peak for ``num_clients`` clients, from the expected client
+    size: per example the float64 features and int64 label and client id drawn per client, their
+    concatenation, and the float32 copy of the features."""
+    per_example = 2 * (8 * dim + 8 + 8) + 4 * dim
+    return int(num_clients * synthetic_mean_size() * per_example)
 
 
 def make_synthetic(

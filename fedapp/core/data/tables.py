@@ -59,9 +59,10 @@ def _column(frame, key: str, options: Mapping, where: str) -> str | None:
     return name or None
 
 
-def frame_arrays(train, test, options: Mapping, where: str) -> dict:
+def frame_arrays(train, test, options: Mapping, where: str, test_where: str | None = None) -> dict:
     """The tensors of ``load_dataset`` from a training and a test DataFrame (``test`` None: hold out
-    ``global-test-fraction`` of the training rows)."""
+    ``global-test-fraction`` of the training rows); ``where`` and ``test_where`` name them in errors.
+    A row without a label (empty or NaN) is refused: it is no class."""
     options = {"label-column": "label", **options}
     label = _column(train, "label-column", options, where)
     if label is None:
@@ -69,6 +70,10 @@ def frame_arrays(train, test, options: Mapping, where: str) -> dict:
     client = _column(train, "client-column", options, where)
     text = _column(train, "text-column", options, where)
     features = [] if text else feature_columns(train, options, (label, client), where)
+    for frame, name in ((train, where), (test, test_where or f"the test split beside {where}")):
+        if frame is not None and label in frame.columns and (missing := int(frame[label].isna().sum())):
+            raise ColumnError(f"run config 'label-column' = {label!r}: {missing} of the {len(frame)} rows of {name} "
+                              "have no label (empty or NaN); fill or drop them")
     if test is None:
         tr, te = local_test_split(np.arange(len(train)), options.get("global-test-fraction", 0.2), seed=0)
         train, test = train.iloc[np.sort(tr)], train.iloc[np.sort(te)]
@@ -130,7 +135,7 @@ def read_table_dir(path: Path, options: Mapping) -> dict:
     """``dataset = "table"``: train.csv / train.parquet (and test.csv / test.parquet) in ``path``."""
     train_file, test_file = table_files(path)
     test = read_table(test_file) if test_file else None
-    return frame_arrays(read_table(train_file), test, options, str(train_file))
+    return frame_arrays(read_table(train_file), test, options, str(train_file), test_file and str(test_file))
 
 
 # --------------------------------------------------------------------------- Hugging Face hub
