@@ -124,7 +124,7 @@ def logged_rounds(tracker: str, folder: Path) -> tuple[dict[int, dict[str, float
         from mlflow.tracking import MlflowClient
 
         client = MlflowClient(f"sqlite:///{folder.parent / 'mlflow.db'}")
-        run = client.search_runs([client.get_experiment_by_name("fedapp").experiment_id])[0]
+        (run,) = client.search_runs([client.get_experiment_by_name("fedapp").experiment_id])  # one run
         assert run.info.run_name == folder.name and run.info.status == "FINISHED"
         rounds: dict[int, dict[str, float]] = {}
         for key in run.data.metrics:
@@ -167,3 +167,19 @@ def test_mlflow_and_wandb_offline(tracker, user_package, tmp_path, monkeypatch):
     assert rounds[2]["central-accuracy"] == strategy.history[-1]["central-accuracy"]
     assert str(params["lr"]) == "0.5" and params["model"] == "mynet:build" and params["tracking"] == tracker
     assert sorted(files) == ["best-model.pt", "model.pt"]
+
+
+def test_a_resumed_run_logs_on_into_its_mlflow_run(user_package, tmp_path, monkeypatch):
+    """A run resumed from its checkpoint with more rounds finds its MLflow run by the run key and
+    logs its new rounds there: one MLflow run, every round once, finished."""
+    pytest.importorskip("mlflow", reason="the mlflow extra is not installed (pip install -e '.[mlflow]')")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    run_local(plants(tmp_path, tracking="mlflow", **{"num-server-rounds": 1}))
+    folder = tmp_path / "results" / "r"
+    resumed = run_local(plants(tmp_path, tracking="mlflow", **{"num-server-rounds": 2, "resume-from": str(folder)}))
+    rounds, params, _ = logged_rounds("mlflow", folder)
+    assert sorted(rounds) == [0, 1, 2]
+    assert [rounds[r["round"]]["central-accuracy"] for r in resumed.history] == \
+        [r["central-accuracy"] for r in resumed.history]
+    assert params["num-server-rounds"] == "1"  # the parameters of the run as it started

@@ -153,7 +153,7 @@ class ResultsWriter:
             checkpoint.write(self.path / BEST_MODEL, _plain(strategy.central_state()))
             self.best = accuracy
         state = strategy.model_state() if final else None
-        if state is not None:
+        if state:  # HCCT holds no client's model before its first round
             checkpoint.write(self.path / MODEL, _plain(state))
 
     def close(self, failed: bool = True) -> None:
