@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from fedapp.core.config import ConfigError
 from fedapp.core.experiment import dataset
 from fedapp.core.training import evaluate
 from fedapp.runtime.inprocess import run_local
@@ -183,3 +184,37 @@ def test_a_resumed_run_logs_on_into_its_mlflow_run(user_package, tmp_path, monke
     assert [rounds[r["round"]]["central-accuracy"] for r in resumed.history] == \
         [r["central-accuracy"] for r in resumed.history]
     assert params["num-server-rounds"] == "1"  # the parameters of the run as it started
+
+
+def test_a_failing_tracker_is_dropped_and_the_run_goes_on(tmp_path, caplog, monkeypatch):
+    """A tracker that fails mid-run (its server gone) costs one warning: the writer stops calling it
+    and writes every round's results as before."""
+    from fedapp.runtime import results, tracking
+
+    class Gone(tracking.Tracker):
+        calls = 0
+
+        def row(self, server_round, values):
+            Gone.calls += 1
+            raise ConnectionError("tracking server unreachable\nretries exhausted")
+
+    monkeypatch.setattr(results, "plot", lambda *a, **kw: None)
+    writer = results.ResultsWriter(parse_run_config({"results-dir": str(tmp_path), "run-name": "r"}))
+    writer.trackers.append(Gone())
+    caplog.set_level("WARNING", logger="flwr")
+    for rnd in range(3):
+        writer.add({"round": rnd, "train-loss": 1.0})
+    assert Gone.calls == 1 and writer.trackers == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "Gone: row failed (ConnectionError: tracking server unreachable); the run goes on without it"]
+    assert [r["round"] for r in json.loads((writer.path / "rounds.json").read_text())["rounds"]] == [0, 1, 2]
+
+
+def test_a_tracker_that_cannot_start_is_one_line(user_package, tmp_path, monkeypatch):
+    """A tracker that cannot start stops the run before its first round, in one line naming the key."""
+    pytest.importorskip("mlflow", reason="the mlflow extra is not installed (pip install -e '.[mlflow]')")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "nosuch://tracker")
+    with pytest.raises(ConfigError, match=r"^run config 'tracking' = 'mlflow': cannot start it \(\w+: [^\n]*"
+                                          r"'nosuch://tracker'[^\n]*\)$"):
+        run_local(plants(tmp_path, tracking="mlflow"))
+    assert not (tmp_path / "results" / "r" / "rounds.json").exists()

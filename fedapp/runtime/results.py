@@ -125,9 +125,7 @@ class ResultsWriter:
         if strategy is not None:  # run-key: the name of this run's client state files at the sites
             self.extra = {"run-key": strategy.run_key,
                           **(extra() if (extra := own_hook(strategy, "extra_results")) else {})}
-        values = tracking.metrics(row)
-        for tracker in self.trackers:
-            tracker.row(row["round"], values)
+        self.track("row", row["round"], tracking.metrics(row))
         if strategy is not None and getattr(strategy, "client_evals", None):
             self.add_clients(row["round"], strategy.client_evals)
             strategy.client_evals = []
@@ -140,8 +138,7 @@ class ResultsWriter:
             self.checkpointed = row["round"]
         self.save_models(row, strategy, last or due)
         if last:
-            for tracker in self.trackers:
-                tracker.files([p for p in (self.path / MODEL, self.path / BEST_MODEL) if p.is_file()])
+            self.track("files", [p for p in (self.path / MODEL, self.path / BEST_MODEL) if p.is_file()])
             self.close(failed=False)
 
     def save_models(self, row: dict[str, Any], strategy, final: bool) -> None:
@@ -159,9 +156,20 @@ class ResultsWriter:
     def close(self, failed: bool = True) -> None:
         """End the trackers' runs; ``failed`` where the run stopped before its last round (the last
         round's row ends them as finished)."""
-        trackers, self.trackers = self.trackers, []
-        for tracker in trackers:
-            tracker.close(failed)
+        self.track("close", failed)
+        self.trackers = []
+
+    def track(self, call: str, *args) -> None:
+        """Call ``call`` (``tracking.Tracker``'s row, files or close) on every tracker. One that fails
+        (its server out of reach, its disk full) is dropped with a warning: the run goes on, the
+        results files are its record."""
+        for tracker in list(self.trackers):
+            try:
+                getattr(tracker, call)(*args)
+            except Exception as err:  # each tracker's own errors, of many kinds
+                log(WARNING, "%s: %s failed (%s); the run goes on without it", type(tracker).__name__, call,
+                    tracking.reason(err))
+                self.trackers.remove(tracker)
 
     def flush(self) -> None:
         doc = {"config": self.cfg.as_dict(), "rounds": self.rows, **self.extra}

@@ -21,6 +21,11 @@ from fedapp.core.config import ConfigError, RunConfig
 RUN_KEY_TAG = "fedapp.run-key"
 
 
+def reason(err: Exception) -> str:
+    """A tracker's error in one line: its type and its message's first line."""
+    return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+
+
 def metrics(row: dict[str, Any]) -> dict[str, float]:
     """The row's numbers, its round aside: what a tracker logs (dicts, lists and flags are no metrics)."""
     return {k: v for k, v in row.items()
@@ -150,7 +155,5 @@ def start(cfg: RunConfig, path: Path, key: str, first_round: int) -> list[Tracke
     try:
         out.append(MLflow(cfg, path.name, key) if cfg.tracking == "mlflow" else WandB(cfg, path, path.name, key))
     except Exception as err:  # each tracker's own errors, of many kinds
-        reason = (str(err).strip().splitlines() or [""])[0]
-        raise ConfigError(f"run config 'tracking' = {cfg.tracking!r}: cannot start it ({type(err).__name__}: "
-                          f"{reason})") from None
+        raise ConfigError(f"run config 'tracking' = {cfg.tracking!r}: cannot start it ({reason(err)})") from None
     return out
