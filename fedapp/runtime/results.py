@@ -93,7 +93,8 @@ class ResultsWriter:
         self._client_rows: list[dict[str, Any]] = kept
         #: the best central accuracy so far, the one of best-model.pt (a resumed run's earlier rounds count)
         self.best = max((r["central-accuracy"] for r in self.rows if "central-accuracy" in r), default=None)
-        self.trackers = tracking.start(cfg, self.path, run_key or f"{self.path.name}-{uuid.uuid4().hex[:12]}", last + 1)
+        run_key = run_key or f"{self.path.name}-{uuid.uuid4().hex[:12]}"
+        self.trackers = tracking.start(cfg, self.path, run_key, last + 1)
 
     def add_clients(self, server_round: int, evals) -> None:
         """One clients.csv row per client evaluated in ``server_round``."""
