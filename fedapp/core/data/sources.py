@@ -486,7 +486,8 @@ def _read_hf(hub_id: str, options: dict) -> dict:
         train, test = train.select(np.sort(tr)), train.select(np.sort(te))
     classes = sorted(set(train[label]) | set(test[label]))
     index = {c: i for i, c in enumerate(classes)}
-    arrays: dict = {"train_client": None, "test_client": None, "num_classes": len(classes)}
+    arrays: dict = {"train_client": None, "test_client": None, "num_classes": len(classes),
+                    "classes": [str(c) for c in classes]}
     for name, part in (("train", train), ("test", test)):
         arrays[f"{name}_x"] = hub_images(part, opts["image"], where)
         arrays[f"{name}_y"] = torch.tensor([index[v] for v in part[label]], dtype=torch.int64)
