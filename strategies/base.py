@@ -314,6 +314,12 @@ class FedStrategy(Strategy, metaclass=Settings):
         """The model evaluated on the global test set; None when there is no single model."""
         return self.global_state
 
+    def model_state(self) -> Mapping[str, Any] | None:
+        """What the run's ``model.pt`` holds: the single model (``central_state``), a state dict the
+        run's module loads; a strategy without one gives what its server holds of the models (PeFLL:
+        its two networks, IFCA: its cluster models), or None where that is nothing (Local)."""
+        return self.central_state()
+
     # ---- message contents ------------------------------------------------------------
     def contents(self, phase: str, server_round: int, pids: list[int], config: Mapping | None = None
                  ) -> dict[int, RecordDict]:

@@ -57,5 +57,9 @@ class FedRep(FedStrategy):
     def central_state(self) -> None:
         return None  # the body alone is no classifier
 
+    def model_state(self):
+        """The shared body (load it with ``strict=False``: every head stays on its client)."""
+        return self.body_state()
+
 
 ALGORITHMS = {"fedrep": FedRep}

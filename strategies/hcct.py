@@ -273,6 +273,12 @@ class HCCT(FedStrategy):
             return None
         return self.models[self.groups[0][0]]
 
+    def model_state(self) -> Tensors | dict[str, Tensors] | None:
+        """The single model where there is one (``central_state``), else each client's current
+        model (its group's; HCCT-P: with the client's own head) as ``client-<partition id>``."""
+        single = self.central_state()
+        return single if single is not None else {f"client-{pid}": m for pid, m in sorted(self.models.items())}
+
     def extra_results(self) -> dict[str, Any]:
         """The groups of every round (``strategies.driver.OwnHooks``)."""
         return {"hcct-groups": self.group_log}

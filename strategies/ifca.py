@@ -76,5 +76,9 @@ class IFCA(FedStrategy):
     def central_state(self) -> Tensors | None:
         return None
 
+    def model_state(self) -> dict[str, Tensors]:
+        """The k cluster models, ``model-0`` ... ``model-<k-1>``."""
+        return self.models()
+
 
 ALGORITHMS = {"ifca": IFCA}

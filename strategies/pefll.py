@@ -100,6 +100,11 @@ class PeFLL(FedStrategy):
     def central_state(self) -> None:
         return None  # every client has its own model
 
+    def model_state(self) -> dict[str, dict[str, torch.Tensor]]:
+        """The hypernetwork (which generates a client's model from its descriptor) and the embedding
+        network (which computes a descriptor from a client's data), as two state dicts."""
+        return {"hypernetwork": self.hnet.state_dict(), "embedding": self.embed.state_dict()}
+
     # ---- messages ----------------------------------------------------------------
     def phase_config(self, server_round: int) -> dict:
         cfg = self.cfg

@@ -311,6 +311,7 @@ def test_cache_second_load_does_not_decode(tmp_path, monkeypatch):
     second = load_dataset("imagefolder", str(tree))
     assert torch.equal(first.train_x, second.train_x) and torch.equal(first.test_y, second.test_y)
     assert second.mean == first.mean and second.train_client is None
+    assert first.classes == second.classes == ("3", "7")  # the label folders, sorted: class 0 is "3"
     (tree / "train" / "3" / "new.png").write_bytes(_png(np.zeros((6, 5), dtype=np.uint8)))
     with pytest.raises(AssertionError, match="decoded again"):  # a changed source is decoded anew
         load_dataset("imagefolder", str(tree))

@@ -120,8 +120,8 @@ def test_full_disk_keeps_last_checkpoint(disk, small_config, tmp_path, monkeypat
                        rf"there\): the run stops; its last complete checkpoint is round 1: free space and resume "
                        rf"with resume-from='{folder}'"):
         run_local(run_config, grid=grid)
-    assert sorted(p.name for p in folder.iterdir()) == ["checkpoint.pt", "clients.csv", "partition.csv",
-                                                        "partition.png", "rounds.csv", "rounds.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["best-model.pt", "checkpoint.pt", "clients.csv", "model.pt",
+                                                        "partition.csv", "partition.png", "rounds.csv", "rounds.json"]
     assert torch.load(folder / "checkpoint.pt", weights_only=False)["round"] == 1
     monkeypatch.setattr(ResultsWriter, "add", add)
     disk.free()

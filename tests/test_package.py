@@ -15,7 +15,8 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 #: import name -> distribution name where they differ
-DISTRIBUTION = {"PIL": "pillow", "flwr_datasets": "flwr-datasets", "dp_accounting": "dp-accounting"}
+DISTRIBUTION = {"PIL": "pillow", "flwr_datasets": "flwr-datasets", "dp_accounting": "dp-accounting",
+                "mlflow": "mlflow-skinny"}
 
 
 def imported_modules() -> set[str]:

@@ -39,7 +39,7 @@ DRIVER_ATTRS = frozenset({"totals", "history"})
 #: not what is computed
 FREE_KEYS = frozenset({"num-server-rounds", "resume-from", "run-name", "results-dir", "checkpoint-every",
                        "round-timeout", "node-wait-timeout", "device", "fault-fraction", "fault-kind", "tensorboard",
-                       "keep-client-state", "max-empty-rounds", "site-keys"})
+                       "tracking", "keep-client-state", "max-empty-rounds", "site-keys"})
 
 
 def attrs_of(strategy) -> list[str]:
@@ -132,10 +132,15 @@ def save(strategy, path: Path, server_round: int) -> None:
         "rng": {"numpy": strategy.rng.bit_generator.state, "torch": torch.get_rng_state(),
                 "python": random.getstate()},
     }
+    write(path, doc)
+    strategy.kept_state_rounds = dict(strategy.state_rounds)
+
+
+def write(path: Path, doc: Any) -> None:
+    """``torch.save`` of ``doc`` (tensors and plain data) to ``path``, atomically."""
     buf = io.BytesIO()
     torch.save(doc, buf)
     atomic_write(path, buf.getvalue())
-    strategy.kept_state_rounds = dict(strategy.state_rounds)
 
 
 def load(path: str | Path) -> dict[str, Any]:

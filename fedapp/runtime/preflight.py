@@ -233,6 +233,9 @@ def check(run_config: Mapping[str, Any], local: bool = True, base: Path | None =
     if cfg.tensorboard and importlib.util.find_spec("tensorboard") is None:
         raise ConfigError("run config 'tensorboard' = true needs the tensorboard package: "
                           "pip install -e '.[tensorboard]'")
+    if cfg.tracking != "none" and importlib.util.find_spec(cfg.tracking) is None:
+        raise ConfigError(f"run config 'tracking' = {cfg.tracking!r} needs the {cfg.tracking} package: "
+                          f"pip install -e '.[{cfg.tracking}]'")
     if cfg.resume_from:
         checkpoint.check_compatible(checkpoint.load(cfg.resume_from), cfg, cfg.resume_from)
     return cfg

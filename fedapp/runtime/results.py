@@ -1,4 +1,5 @@
-"""Per-run results: rows per round as JSON and CSV, plots and checkpoints, rewritten after every round.
+"""Per-run results: rows per round as JSON and CSV, plots and checkpoints, rewritten after every round,
+and the model files.
 
 Files are written atomically (temporary file, then rename), so a run stopped at any
 moment leaves every completed round on disk, and a checkpoint to resume from.
@@ -9,23 +10,33 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import time
+import uuid
+from collections.abc import Mapping
 from logging import WARNING
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from flwr.common import log
 
-from fedapp.runtime import checkpoint
+from fedapp.runtime import checkpoint, tracking
 from fedapp.core.config import RunConfig
 from fedapp.core.files import atomic_write
 from strategies.driver import own_hook
 
 
+def portable(name: str) -> str:
+    """``name`` with every character but ASCII letters, digits, '.', '_' and '-' as '-': a file name
+    on every system (``flwr:FedYogi`` -> ``flwr-FedYogi``, ``hf:user/data`` -> ``hf-user-data``)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", name)
+
+
 def run_name(cfg: RunConfig) -> str:
-    """The run's folder name: ``run-name``, else strategy-dataset-timestamp."""
-    return cfg.run_name or f"{cfg.strategy}-{cfg.dataset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """The run's folder name: ``run-name``, else strategy-dataset-timestamp (made ``portable``)."""
+    return cfg.run_name or portable(f"{cfg.strategy}-{cfg.dataset}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 def own_resume(cfg: RunConfig, folder: Path) -> bool:
@@ -61,10 +72,13 @@ def run_dir(cfg: RunConfig) -> Path:
 
 
 class ResultsWriter:
-    """Writes ``rounds.json``, ``rounds.csv``, ``plot.png`` and ``checkpoint.pt`` under
-    results-dir/run-name; ``rows`` are those of a resumed run's earlier rounds."""
+    """Writes ``rounds.json``, ``rounds.csv``, ``plot.png``, ``checkpoint.pt``, ``model.pt`` and
+    ``best-model.pt`` under results-dir/run-name, and feeds the run's trackers (``tracking``);
+    ``rows`` are those of a resumed run's earlier rounds, ``run_key`` the server's name of the run
+    (``FedStrategy.run_key``), which keys its tracker runs."""
 
-    def __init__(self, cfg: RunConfig, path: Path | None = None, rows: list[dict[str, Any]] | None = None):
+    def __init__(self, cfg: RunConfig, path: Path | None = None, rows: list[dict[str, Any]] | None = None,
+                 run_key: str | None = None):
         self.cfg = cfg
         self.path = path or run_dir(cfg)
         self.path.mkdir(parents=True, exist_ok=True)
@@ -77,11 +91,10 @@ class ResultsWriter:
         last = self.rows[-1]["round"] if self.rows else -1
         kept = [r for r in _read_csv(self.path / CLIENTS_CSV) if int(r["round"]) <= last]
         self._client_rows: list[dict[str, Any]] = kept
-        self.tensorboard = None
-        if cfg.tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tensorboard = SummaryWriter(str(self.path / "tensorboard"), purge_step=last + 1)
+        #: the best central accuracy so far, the one of best-model.pt (a resumed run's earlier rounds count)
+        self.best = max((r["central-accuracy"] for r in self.rows if "central-accuracy" in r), default=None)
+        run_key = run_key or f"{self.path.name}-{uuid.uuid4().hex[:12]}"
+        self.trackers = tracking.start(cfg, self.path, run_key, last + 1)
 
     def add_clients(self, server_round: int, evals) -> None:
         """One clients.csv row per client evaluated in ``server_round``."""
@@ -91,15 +104,17 @@ class ResultsWriter:
                                       "examples": int(m["num-examples"])})
         atomic_write(self.path / CLIENTS_CSV, _csv(self._client_rows, CLIENT_COLUMNS))
 
-    def write_partition(self, labels, parts, num_classes: int) -> None:
-        """``partition.csv`` (examples per client and class) and ``partition.png``, the figure of
+    def write_partition(self, labels, parts, num_classes: int, classes: tuple[str, ...] | None = None) -> None:
+        """``partition.csv`` (examples per client and class: a column ``class-<label>`` per class, the
+        labels ``classes`` where the data named them, else 0, 1, ...) and ``partition.png``, the figure of
         flwr-datasets' ``plot_label_distributions`` (bar type), drawn from the same counts."""
         counts = np.stack([np.bincount(labels[p], minlength=num_classes) for p in parts])
-        rows = [{"partition-id": i, **{f"class-{c}": int(n) for c, n in enumerate(row)}, "total": int(row.sum())}
+        names = list(classes or map(str, range(num_classes)))
+        rows = [{"partition-id": i, **{f"class-{c}": int(n) for c, n in zip(names, row)}, "total": int(row.sum())}
                 for i, row in enumerate(counts)]
         atomic_write(self.path / "partition.csv", _csv(rows, list(rows[0])))
         buf = io.BytesIO()
-        fig = partition_figure(counts, f"{self.cfg.partition} partition of {self.cfg.dataset}")
+        fig = partition_figure(counts, f"{self.cfg.partition} partition of {self.cfg.dataset}", names)
         fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
         import matplotlib.pyplot as plt
 
@@ -111,18 +126,51 @@ class ResultsWriter:
         if strategy is not None:  # run-key: the name of this run's client state files at the sites
             self.extra = {"run-key": strategy.run_key,
                           **(extra() if (extra := own_hook(strategy, "extra_results")) else {})}
-        if self.tensorboard is not None:
-            for key, value in row.items():
-                if isinstance(value, (int, float)) and key != "round":
-                    self.tensorboard.add_scalar(key, value, row["round"])
-            self.tensorboard.flush()
+        self.track("row", row["round"], tracking.metrics(row))
         if strategy is not None and getattr(strategy, "client_evals", None):
             self.add_clients(row["round"], strategy.client_evals)
             strategy.client_evals = []
         self.flush()
-        if strategy is not None and checkpoint.due(self.cfg, row["round"]):
+        if strategy is None:
+            return
+        last, due = row["round"] >= strategy.cfg.num_server_rounds, checkpoint.due(self.cfg, row["round"])
+        if due:
             checkpoint.save(strategy, self.path / checkpoint.FILENAME, row["round"])
             self.checkpointed = row["round"]
+        self.save_models(row, strategy, last or due)
+        if last:
+            self.track("files", [p for p in (self.path / MODEL, self.path / BEST_MODEL) if p.is_file()])
+            self.close(failed=False)
+
+    def save_models(self, row: dict[str, Any], strategy, final: bool) -> None:
+        """``best-model.pt``: the model of the row's central evaluation where its accuracy is the run's
+        best so far (the first of equals); ``model.pt`` (``final``: after the last round and with each
+        checkpoint, so a stopped run's is its checkpoint's): what ``strategy.model_state`` gives."""
+        accuracy = row.get("central-accuracy")
+        if accuracy is not None and (self.best is None or accuracy > self.best):
+            checkpoint.write(self.path / BEST_MODEL, _plain(strategy.central_state()))
+            self.best = accuracy
+        state = strategy.model_state() if final else None
+        if state:  # HCCT holds no client's model before its first round
+            checkpoint.write(self.path / MODEL, _plain(state))
+
+    def close(self, failed: bool = True) -> None:
+        """End the trackers' runs; ``failed`` where the run stopped before its last round (the last
+        round's row ends them as finished)."""
+        self.track("close", failed)
+        self.trackers = []
+
+    def track(self, call: str, *args) -> None:
+        """Call ``call`` (``tracking.Tracker``'s row, files or close) on every tracker. One that fails
+        (its server out of reach, its disk full) is dropped with a warning: the run goes on, the
+        results files are its record."""
+        for tracker in list(self.trackers):
+            try:
+                getattr(tracker, call)(*args)
+            except Exception as err:  # each tracker's own errors, of many kinds
+                log(WARNING, "%s: %s failed (%s); the run goes on without it", type(tracker).__name__, call,
+                    tracking.reason(err))
+                self.trackers.remove(tracker)
 
     def flush(self) -> None:
         doc = {"config": self.cfg.as_dict(), "rounds": self.rows, **self.extra}
@@ -143,6 +191,8 @@ class ResultsWriter:
 #: seconds between two drawings of a run's plot.png (the last round always draws it)
 PLOT_EVERY_S = 30.0
 CLIENTS_CSV = "clients.csv"
+#: the final model (what the strategy's ``model_state`` gives) and the best one by central accuracy
+MODEL, BEST_MODEL = "model.pt", "best-model.pt"
 CLIENT_COLUMNS = ["round", "partition-id", "client", "accuracy", "loss", "examples"]
 
 
@@ -153,6 +203,13 @@ def _csv(rows: list[dict[str, Any]], columns: list[str]) -> bytes:
     for row in rows:
         w.writerow({k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in row.items()})
     return buf.getvalue().encode()
+
+
+def _plain(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A state dict (or a dict of them) with its tensors detached and on the CPU, so that
+    ``torch.load(..., weights_only=True)`` reads it on any machine."""
+    return {k: _plain(v) if isinstance(v, Mapping) else v.detach().cpu() if isinstance(v, torch.Tensor) else v
+            for k, v in state.items()}
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
@@ -166,8 +223,9 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 ACCURACIES = ("central-accuracy", "fed-accuracy", "fed-seen-accuracy", "fed-unseen-accuracy")
 
 
-def partition_figure(counts: np.ndarray, title: str):
-    """Stacked bars of examples per class (columns of ``counts``) for each client (rows), as
+def partition_figure(counts: np.ndarray, title: str, names: list[str] | None = None):
+    """Stacked bars of examples per class (columns of ``counts``, named ``names``, else 0, 1, ...)
+    for each client (rows), as
     flwr-datasets' ``plot_label_distributions`` draws them (its bar plot: RdYlGn colours, the
     legend outside on the right with the last class on top, every other client id from 21 clients
     on). That function counts the labels again by iterating a Hugging Face dataset row by row:
@@ -179,18 +237,19 @@ def partition_figure(counts: np.ndarray, title: str):
 
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
     num_clients, num_classes = counts.shape
+    names = names or [str(c) for c in range(num_classes)]
     x = np.arange(num_clients)
     cmap = plt.get_cmap("RdYlGn")
     bottom = np.zeros(num_clients, dtype=np.int64)
     for c, color in enumerate(cmap(np.linspace(0, 1, num_classes))):
-        ax.bar(x, counts[:, c], 0.5, bottom=bottom, color=color, label=str(c))
+        ax.bar(x, counts[:, c], 0.5, bottom=bottom, color=color, label=names[c])
         bottom = bottom + counts[:, c]
     ax.set_xticks(x, [str(i) for i in x], rotation=0)
     ax.set_xlim(-0.5, num_clients - 0.5)
     ax.set(title=title, xlabel="Partition ID", ylabel="Count")
     if num_classes <= 20:
         handles, labels = ax.get_legend_handles_labels()
-        shift = min(0.05 + len(str(num_classes - 1)) / 100, 0.15)
+        shift = min(0.05 + max(map(len, names)) / 100, 0.15)
         fig.legend(handles[::-1], labels[::-1], title="Labels", loc="outside center right",
                    bbox_to_anchor=(1.0 + shift, 0.5))
     if num_clients > 20:

@@ -70,11 +70,12 @@ def run(grid: Grid, run_config):
     if cfg.resume_from:
         log(INFO, "resuming from %s: rounds 1-%d restored, continuing with round %d of %d", cfg.resume_from,
             start - 1, start, cfg.num_server_rounds)
-    writer = ResultsWriter(cfg, rows=strategy.history)
+    writer = ResultsWriter(cfg, rows=strategy.history, run_key=strategy.run_key)
     log(INFO, "results: %s", writer.path.resolve())
     try:
         if simulated(grid):
-            writer.write_partition(dataset(cfg).train_y.numpy(), partitions(cfg), dataset(cfg).num_classes)
+            ds = dataset(cfg)
+            writer.write_partition(ds.train_y.numpy(), partitions(cfg), ds.num_classes, ds.classes)
         strategy.start(grid, writer=writer, start_round=start)
     except DiskFull as err:  # the last complete checkpoint stays: the run can go on once there is space
         done = writer.checkpointed
@@ -82,6 +83,8 @@ def run(grid: Grid, run_config):
             "no checkpoint was written" if done is None else
             f"its last complete checkpoint is round {done}: free space and resume with resume-from='{writer.path}'")
         ) from None
+    finally:
+        writer.close()  # a run that stopped before its last round: its trackers' runs end as failed
     last = strategy.history[-1] if strategy.history else {}
     final = ", ".join(f"{k} {last[k]:.4f}" for k in FINAL_METRICS if k in last)
     log(INFO, "done: %d rounds in %.0f s%s; results in %s", last.get("round", 0), last.get("wall-time", 0.0),

@@ -53,6 +53,9 @@ class Dataset:
     train_client: np.ndarray | None = None  # natural client id per example (synthetic, FEMNIST, roles, sites)
     test_client: np.ndarray | None = None
     vocab_size: int | None = None  # text: token ids are below it (id 0 is padding)
+    #: the label of each class index where the data names its classes (a table's label values, an
+    #: image tree's label folders); None: the classes are 0, 1, ...
+    classes: tuple[str, ...] | None = None
 
     @property
     def input_shape(self) -> tuple:
@@ -209,6 +212,7 @@ def _dataset_of(name: str, arrays: dict, augment: bool) -> Dataset:
         std=tuple(arrays["std"]),
         augment=augment,
         vocab_size=arrays.get("vocab_size"),
+        classes=None if arrays.get("classes") is None else tuple(map(str, arrays["classes"])),
         **clients,
     )
 
@@ -396,7 +400,7 @@ def _read_image_tree(path: Path) -> dict:
     if not items["train"]:
         raise FileNotFoundError(f"no images under {path} in the layout train/<label>/<file>")
     names = sorted({label for s in SPLITS for label, _, _ in items[s]})
-    arrays: dict = {"num_classes": len(names), "train_client": None, "test_client": None}
+    arrays: dict = {"num_classes": len(names), "classes": names, "train_client": None, "test_client": None}
     channels = max(a.shape[2] for s in SPLITS for _, _, a in items[s])  # grey and RGB splits: both RGB
     for split in SPLITS:
         rows = sorted(items[split], key=lambda r: (r[0], r[1]))
@@ -505,7 +509,8 @@ def _read_hf(hub_id: str, options: dict) -> dict:
         train, test = train.select(np.sort(tr)), train.select(np.sort(te))
     classes = sorted(set(train[label]) | set(test[label]))
     index = {c: i for i, c in enumerate(classes)}
-    arrays: dict = {"train_client": None, "test_client": None, "num_classes": len(classes)}
+    arrays: dict = {"train_client": None, "test_client": None, "num_classes": len(classes),
+                    "classes": [str(c) for c in classes]}
     for name, part in (("train", train), ("test", test)):
         arrays[f"{name}_x"] = hub_images(part, opts["image"], where)
         arrays[f"{name}_y"] = torch.tensor([index[v] for v in part[label]], dtype=torch.int64)
