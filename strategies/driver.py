@@ -115,13 +115,22 @@ REPLY_RECORDS_MAX_BYTES = 64 * 2**10
 #: model is ``wrong-dtype``)
 REPLY_ARRAYS_MARGIN = 2.0
 
-#: the direction screen drops a reply whose cosine with the other replies' median update is both within
-#: chance, DIRECTION_Z / sqrt(d) over its d coordinates (a random direction's cosine with any fixed
-#: vector is ~ N(0, 1/d): 3 is its one-sided 99.87% point), and DIRECTION_Z robust deviations below the
-#: round's median cosine, itself beyond chance; where the chance bound exceeds DIRECTION_BOUND_MAX
-#: (under 100 coordinates) random and honest cosines overlap, and it is 0
+#: the direction screen drops a reply whose cosine with the other replies' median update is DIRECTION_Z
+#: robust deviations below the round's median cosine and either below -chance (it points against the
+#: others) or, where the round's median cosine is beyond chance, below DIRECTION_SHARE of it (it points
+#: elsewhere);
+#: chance is DIRECTION_Z / sqrt(d) over the d coordinates compared (a random direction's cosine with any
+#: fixed vector is ~ N(0, 1/d): 3 is its one-sided 99.87% point). Where that bound exceeds
+#: DIRECTION_BOUND_MAX (under 100 coordinates) random and honest cosines overlap, and it is 0
 DIRECTION_Z = 3.0
 DIRECTION_BOUND_MAX = 0.3
+#: in a round whose replies share a direction, an outlier carrying less than this share of the round's
+#: median cosine points elsewhere (``against_median``)
+DIRECTION_SHARE = 0.5
+#: ``defence = "robust"``: each record's norm bound in lower medians of the round's norms of that record.
+#: FLAME's 1 median clipped every honest reply above the median and cost an honest federation of 4
+#: heterogeneous sites (PeFLL on the plants table) 65 points; at 3 medians the run is the plain mean's
+ROBUST_FACTOR = 3.0
 
 #: longest wait between two pulls of replies: a simulation's in-memory grid answers a pull from this
 #: process's memory, a deployment's HTTP grid with a request to the SuperLink
@@ -191,6 +200,44 @@ def leave_one_out_medians(updates: list[dict[Any, torch.Tensor]]) -> list[dict[A
             picked = [np.take_along_axis(ordered, p + (r <= p), axis=0)[0] for p in middle]
             out[j][k] = torch.from_numpy(picked[0] if middle[0] == middle[1] else (picked[0] + picked[1]) / 2)
     return out
+
+
+def against_median(cosine: float, chance: float, low: float, mid: float) -> bool:
+    """The direction screen's verdict on a reply (``Driver.median_cosines``' tuple): an outlier below
+    the round's cosines (``low``: their median less DIRECTION_Z robust deviations) that points against
+    the others' median update beyond chance, or, in a round whose median cosine ``mid`` is beyond
+    chance, carries less than DIRECTION_SHARE of it (no more than chance at least). The first test
+    holds whatever the round's median: attackers who pull it down (three -10x replies in a round of
+    small honest cosines) cannot switch it off. The second catches attackers sharing one direction,
+    whose partners in the others' median lift each one's cosine above chance."""
+    return cosine < low and (cosine < -chance or (mid > chance and cosine <= max(chance, DIRECTION_SHARE * mid)))
+
+
+def delta_pairs(pairs: list[dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor | None]]]
+                ) -> list[dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor]]]:
+    """The records that are updates themselves (no reference: control-variate deltas, PeFLL's
+    hypernetwork and embedding deltas), each against one shared zero, so that ``median_cosines`` tests
+    their direction as one more model; only keys every reply carries in one shape."""
+    keys = [k for k, (v, ref) in pairs[0].items() if ref is None
+            and all(k in p and p[k][1] is None and p[k][0].shape == v.shape for p in pairs)] if pairs else []
+    zeros = {k: torch.zeros_like(pairs[0][k][0]) for k in keys}
+    return [{k: (p[k][0], zeros[k]) for k in keys} for p in pairs]
+
+
+def record_bounds(pairs: list[dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor | None]]],
+                  factors: Iterable[float]) -> dict[str, float]:
+    """Per record name, the norm bound ``min(factors) *`` the lower median of the replies' update
+    norms of that record (each reply's record: its arrays less what was sent, a delta as it is); a
+    record no reply moved has none. Every record a strategy combines (models, control variates,
+    duals, deltas) is bounded by its own replies' norms, so an attacker cannot hide a long update in
+    a record whose norm is small beside the model's."""
+    factor = min(factors, default=0.0)
+    norms: dict[str, list[float]] = {}
+    for pair in pairs:
+        for name in dict.fromkeys(name for name, _ in pair):
+            norms.setdefault(name, []).append(updates_norm({k: v for k, v in pair.items() if k[0] == name}))
+    medians = {name: sorted(ns)[(len(ns) - 1) // 2] for name, ns in norms.items()}
+    return {name: factor * m for name, m in medians.items() if factor and m > 0}
 
 
 class RoundHooks(Protocol):
@@ -580,22 +627,21 @@ class Driver:
 
     @staticmethod
     def median_cosines(pairs: list[dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor | None]]]
-                       ) -> list[tuple[float, float, float]]:
-        """(cosine, chance, low) of each reply's model update (``pairs``: each reply's ``reply_updates``;
-        its arrays less the records it was sent; records that are updates themselves, such as deltas
-        and descriptors, left out) with the coordinate-wise median of the other replies' updates among
-        those sent the same model (HCCT's groups, cluster models and personal models are compared only
-        within their own model). The reply under test is left out of its reference, which it would
-        otherwise pull toward itself. ``chance`` is DIRECTION_Z / sqrt(d) over the d compared
-        coordinates (a direction drawn at random has cosine ~ N(0, 1/d) with any fixed vector), or 0
-        where that exceeds DIRECTION_BOUND_MAX (random and honest cosines overlap in so few
-        dimensions); ``low`` is the median of the group's cosines less DIRECTION_Z robust standard
-        deviations (1.4826 times their median absolute deviation), below which a reply is an outlier
-        among the group's, or -inf where that median is itself within chance: the group then shares no
-        direction to test against (FLAME, in ``robust``, likewise admits only a majority's). (1, 0,
-        -inf) where a reply has no such update or its model went to fewer than 3 replies."""
+                       ) -> list[tuple[float, float, float, float]]:
+        """(cosine, chance, low, mid) of each reply's model update (``pairs``: each reply's
+        ``reply_updates``; its arrays less the records it was sent; records that are updates
+        themselves, such as deltas and descriptors, left out) with the coordinate-wise median of the
+        other replies' updates among those sent the same model (HCCT's groups, cluster models and
+        personal models are compared only within their own model). The reply under test is left out
+        of its reference, which it would otherwise pull toward itself. ``chance`` is DIRECTION_Z /
+        sqrt(d) over the d compared coordinates (a direction drawn at random has cosine ~ N(0, 1/d)
+        with any fixed vector), or 0 where that exceeds DIRECTION_BOUND_MAX (random and honest cosines
+        overlap in so few dimensions); ``mid`` is the median of the group's cosines and ``low`` that
+        less DIRECTION_Z robust standard deviations (1.4826 times their median absolute deviation),
+        below which a reply is an outlier among the group's (``against_median`` judges). (1, 0, -inf,
+        1) where a reply has no such update or its model went to fewer than 3 replies."""
         keys = [k for k in pairs[0] if all(p.get(k, (None, None))[1] is not None for p in pairs)]
-        out = [(1.0, 0.0, -math.inf)] * len(pairs)
+        out = [(1.0, 0.0, -math.inf, 1.0)] * len(pairs)
         # per key, each reply's class of the arrays it was sent (equal arrays, one class); a key whose
         # replies were all sent their own arrays (a personal model or head) has no common direction
         classes: dict[tuple[str, str], list[int]] = {}
@@ -625,78 +671,72 @@ class Driver:
                 scale = math.sqrt(sum(float((u[k] ** 2).sum()) for k in keys)
                                   * sum(float((median[k] ** 2).sum()) for k in keys))
                 cosines.append(sum(float((u[k] * median[k]).sum()) for k in keys) / scale if scale > 0 else 1.0)
-            # the round's cosines: median less DIRECTION_Z robust standard deviations (1.4826 MAD);
-            # a group whose median reply is within chance shares no direction to test against
+            # the round's cosines: median less DIRECTION_Z robust standard deviations (1.4826 MAD)
             mid = float(np.median(cosines))
-            low = (mid - DIRECTION_Z * 1.4826 * float(np.median(np.abs(np.array(cosines) - mid)))
-                   if mid > chance else -math.inf)
+            low = mid - DIRECTION_Z * 1.4826 * float(np.median(np.abs(np.array(cosines) - mid)))
             for i, c in zip(group, cosines):
-                out[i] = (c, chance, low)
+                out[i] = (c, chance, low, mid)
         return out
 
     def robust(self, replies: list[Reply]) -> list[Reply]:
-        """The direction screen (``screen-direction``: a reply whose model update is no closer to the
-        coordinate-wise median of the other replies' updates, among those sent the same model, than a
-        random direction would be, and an outlier among the round's cosines, is dropped;
-        ``median_cosines``) and the norm bound: a reply whose update norm exceeds the smallest of
-        ``clip-norm``, ``clip-median`` times the exchange's lower median norm and ``screen-factor``
-        times that median is scaled down to it against what it was sent, and counted in the round's
-        ``clipped-replies``. Replies within the bound are left as received, so an honest run whose
-        update norms stay within it and whose direction passes is bit-identical to the plain mean's.
+        """The defence against poisoned training replies: off by default (the algorithm exactly);
+        ``defence = "robust"`` is the direction screen with every record's norm bound at ROBUST_FACTOR
+        lower medians, and the fine-grained keys act alone or beside it.
 
-        The default defence is ``screen-factor`` 3 with the direction screen. The norm bound clips
-        instead of dropping, as FLAME's adaptive clipping at the round's median norm (Nguyen et al.,
-        "FLAME: Taming Backdoors in Federated Learning", USENIX Security 2022) and norm bounding (Sun
-        et al., "Can You Really Backdoor Federated Learning?", 2019) both do: the lower median is an
-        honest norm while attackers are fewer than half, so an honest site whose updates are longer
-        than the others' (a heterogeneous one) still counts, with at most 3 medians of weight, instead
-        of being excluded from the run. The direction screen (FLAME's cosine filtering, with the
-        coordinate-wise median of Yin et al., ICML 2018, as the honest reference) keeps dropping:
-        a clipped -10x or sign-flipped update still points against the honest mean, and three of
-        them at 3 medians each would outweigh seven honest ones; Gaussian noise points nowhere, and
-        three noise replies clipped to 3 medians cost FedAvg and SCAFFOLD 5.4 and 11.0 points at the
-        CI scale. Each reply is measured against the others' median, since its own coordinates pull a
-        median toward it (noise replies measured 0.013 to 0.032 against the median of all ten, against
-        -0.008 to 0.009 of the others'). A cosine within chance alone does not drop a reply: where local
-        updates are dominated by minibatch noise (a few steps of small batches) honest cosines are
-        within chance too, and spread; a reply is dropped only where the round's median cosine is
-        beyond chance and the reply's is also an outlier among the round's.
-        ``clip-median`` 1 with the mean is one step of centered clipping (Karimireddy, He and Jaggi,
-        "Learning from History for Byzantine Robust Optimization", ICML 2021) centred on the model
-        sent, at that radius. No
-        attacker count is needed (docs/reliability.md). The median-based bounds and the direction
-        screen need 3 replies or more: of 2, the lower median is the smaller norm, and one attacker
-        is half."""
-        factor, clip = self.cfg.screen_factor, self.cfg.clip_norm
-        if not replies or not (factor or clip or self.cfg.clip_median or self.cfg.screen_direction):
+        The direction screen (``screen-direction``; ``median_cosines``, ``against_median``) drops a
+        reply whose model update, compared with the coordinate-wise median of the other replies'
+        updates among those sent the same model, is an outlier below the round's cosines and points
+        against that median beyond chance, or nowhere in a round whose replies share a direction
+        (FLAME's cosine filtering, Nguyen et al., USENIX Security 2022, with the coordinate-wise
+        median of Yin et al., ICML 2018, as the honest reference). The norm bound then scales each
+        kept reply's update of each record (``record_bounds``) down to the smallest of ``clip-median``
+        and ``screen-factor`` times the round's lower median norm of that record (norm bounding, Sun
+        et al., "Can You Really Backdoor Federated Learning?", 2019, at an adaptive radius as FLAME's;
+        ``clip-median`` 1 is one step of centered clipping, Karimireddy, He and Jaggi, ICML 2021,
+        centred on what was sent), and the whole update to ``clip-norm``, counting it in the round's
+        ``clipped-replies``. The lower median is an honest norm while attackers are fewer than half;
+        an honest site with long updates still counts, at the bound's weight, instead of being
+        excluded. Replies within every bound are left as received. The median-based bounds and the
+        screen need 3 replies or more (``screen-factor``, the screen) or 1 (``clip-median``)."""
+        cfg = self.cfg
+        defended = cfg.defence == "robust"
+        direction = cfg.screen_direction or defended
+        screen_factor = cfg.screen_factor or (ROBUST_FACTOR if defended else 0.0)
+        factors = [f for f in (cfg.clip_median, screen_factor if len(replies) >= 3 else 0.0) if f]
+        if not replies or not (factors or cfg.clip_norm or direction):
             return replies
         pairs = [self.reply_updates(r) for r in replies]  # each reply's arrays and what it was sent, once
-        cosines = (self.median_cosines(pairs) if self.cfg.screen_direction
-                   else [(1.0, 0.0, -math.inf)] * len(replies))
-        norms = [updates_norm(p) for p in pairs]
-        median = sorted(norms)[(len(norms) - 1) // 2]
-        bounds = [clip or math.inf]
-        if self.cfg.clip_median and median > 0:
-            bounds.append(self.cfg.clip_median * median)
-        if factor and median > 0 and len(replies) >= 3:
-            bounds.append(factor * median)
-        bound = min(bounds)
-        kept = []
-        for r, pair, (cosine, chance, low), norm in zip(replies, pairs, cosines, norms):
-            if cosine <= chance and cosine < low:
-                self.drop("against-median", pid=r.pid, detail=f"against-median: update at cosine {cosine:.3g} with "
-                          f"the other replies' median update, no closer than chance ({chance:.3g}) and below the "
-                          f"others' (their median less 3 robust deviations, {low:.3g})")
+        if direction:
+            kept = []
+            for r, pair, *verdicts in zip(replies, pairs, self.median_cosines(pairs),
+                                          self.median_cosines(delta_pairs(pairs))):
+                bad = [(what, v) for what, v in zip(("model update", "deltas"), verdicts) if against_median(*v)]
+                if bad:
+                    what, (cosine, chance, low, mid) = bad[0]
+                    self.drop("against-median", pid=r.pid, detail=f"against-median: {what} at cosine {cosine:.3g} "
+                              f"with the other replies' median (chance {chance:.3g}), below the others' (their "
+                              f"median {mid:.3g} less 3 robust deviations, {low:.3g})")
+                else:
+                    kept.append((r, pair))
+            replies, pairs = [r for r, _ in kept], [p for _, p in kept]
+        bounds = record_bounds(pairs, factors)
+        for r, pair in zip(replies, pairs):
+            norms = {name: updates_norm({k: v for k, v in pair.items() if k[0] == name})
+                     for name in dict.fromkeys(name for name, _ in pair)}
+            scale = {name: min(1.0, bounds.get(name, math.inf) / n) if n > 0 else 1.0 for name, n in norms.items()}
+            total = math.sqrt(sum((scale[name] * n) ** 2 for name, n in norms.items()))
+            if cfg.clip_norm and total > cfg.clip_norm:
+                scale = {name: f * cfg.clip_norm / total for name, f in scale.items()}
+            if all(f == 1.0 for f in scale.values()):
                 continue
-            if norm > bound:
-                for (name, k), (v, ref) in pair.items():
+            for (name, k), (v, ref) in pair.items():
+                if scale[name] < 1.0:
                     base = 0.0 if ref is None else ref.double()
-                    r.payload[name][k] = (base + bound / norm * (v.double() - base)).to(v.dtype)
-                self.clipped += 1
-                log(INFO, "clipped the reply from partition %d: update norm %.3g to %.3g (median %.3g)",
-                    r.pid, norm, bound, median)
-            kept.append(r)
-        return kept
+                    r.payload[name][k] = (base + scale[name] * (v.double() - base)).to(v.dtype)
+            self.clipped += 1
+            log(INFO, "clipped the reply from partition %d: %s", r.pid, ", ".join(
+                f"{name} update norm {n:.3g} to {scale[name] * n:.3g}" for name, n in norms.items() if scale[name] < 1))
+        return replies
 
     def check_nonce(self, content: RecordDict, pid: int) -> str | None:
         """Why the reply does not answer the message ``pid`` was sent in this exchange, or None.

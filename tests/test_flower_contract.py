@@ -38,10 +38,7 @@ def flat(tensors) -> torch.Tensor:
 
 
 def test_start_returns_flower_result(small_config):
-    # the plain mean: on the synthetic data's natural clients the direction screen drops one honest reply,
-    # and this test counts them
-    rc = {**small_config, "num-server-rounds": 2, "fraction-evaluate": 0.5, "screen-factor": 0.0,
-          "screen-direction": False}
+    rc = {**small_config, "num-server-rounds": 2, "fraction-evaluate": 0.5}
     strategy = build_strategy(parse_run_config(rc))
     initial = {k: v + 0.01 if v.is_floating_point() else v for k, v in strategy.global_state.items()}
     seen = []

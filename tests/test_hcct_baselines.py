@@ -201,10 +201,7 @@ def test_maxfl_client_joins_only_when_the_global_model_is_good_enough(small_conf
 
 @pytest.mark.parametrize("strategy", ["ifca", "flsc", "maxfl"])
 def test_baselines_run_end_to_end(small_config, strategy):
-    # the plain mean: on these 4 natural clients the direction screen drops an honest MaxFL reply
-    # (docs/reliability.md), and this test counts every reply
-    run = run_local({**small_config, "strategy": strategy, "num-server-rounds": 2, "screen-factor": 0.0,
-                     "screen-direction": False})
+    run = run_local({**small_config, "strategy": strategy, "num-server-rounds": 2})
     row = run.history[-1]
     assert row["replies"] == 4 and row["dropped-replies"] == 0
     assert 0.3 < row["fed-accuracy"] <= 1

@@ -76,17 +76,18 @@ def test_own_model_and_csv_data(tmp_path, monkeypatch, strategy, via):
         assert rows[0]["central-accuracy"] < 0.6 and rows[-1]["central-accuracy"] >= 0.9
 
 
-def test_default_keeps_heterogeneous_honest_sites(tmp_path):
-    """PeFLL on the plants table under the default defence: site 2's personal updates are several
+def test_robust_keeps_heterogeneous_honest_sites(tmp_path):
+    """PeFLL on the plants table under the robust defence: site 2's personal updates are several
     times the others' norm, so the norm bound clips them (rounds 1 and 2) instead of dropping the
-    site; no reply is dropped and every round's accuracy equals the plain mean's."""
+    site; the direction screen drops one reply of 4 in rounds 3 and 4, and every round's accuracy
+    equals the plain mean's."""
     cfg = example_config(tmp_path, strategy="pefll", **SETTINGS["pefll"])
-    default = run_local(cfg)
-    plain = run_local({**cfg, "run-name": "plain", "screen-factor": 0.0, "screen-direction": False})
+    default = run_local({**cfg, "defence": "robust"})
+    plain = run_local({**cfg, "run-name": "plain"})
     assert [r["replies"] for r in default.history[1:]] == [4] * 4
-    assert [r["dropped-replies"] for r in default.history[1:]] == [0] * 4
     assert [r["clipped-replies"] for r in default.history[1:]] == [1, 1, 0, 0]
-    assert [r["clipped-replies"] for r in plain.history[1:]] == [0] * 4
+    assert [r["dropped-replies"] for r in default.history[1:]] == [0, 0, 1, 1]
+    assert [r["clipped-replies"] + r["dropped-replies"] for r in plain.history[1:]] == [0] * 4
     assert [r["fed-accuracy"] for r in default.history[1:]] == [r["fed-accuracy"] for r in plain.history[1:]]
     assert default.history[-1]["fed-accuracy"] == 1.0
 

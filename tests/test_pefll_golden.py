@@ -98,7 +98,6 @@ def golden_run(tmp_path, monkeypatch):
         "pefll.server-lr": S["lr"], "pefll.server-clip": 50.0, "pefll.lambda-h": 0.0, "pefll.lambda-v": 0.0,
         "pefll.embed-dim": S["embed_dim"], "pefll.hyper-hidden": S["hyper_hid"],
         "pefll.hyper-layers": S["hyper_nhid"] + 1, "pefll.hypernet": "code", "pefll.descriptor-batch": S["bs"],
-        "screen-factor": 0.0, "screen-direction": False,  # the paper's setting: no defence
     }
     strategy = run_local(config)
     return strategy, snapshots, inputs

@@ -210,20 +210,26 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("fault-fraction", float, 0.0, "Share of clients whose training/evaluation replies are faulty (fault injection).", low=0.0, high=1.0),
     Key("fault-kind", str, "raise", "Injected fault: raise, stall (past round-timeout), wrong-shape, nan, inf, "
         "or an attack: scale (updates times 1e30), negate (times -10), sign-flip (times -1), noise (Gaussian, "
-        "of the model's norm), alie (a little is enough) or num-examples (an inflated example count).",
-        ("raise", "stall", "wrong-shape", "nan", "inf", "scale", "negate", "sign-flip", "noise", "alie",
-         "num-examples")),
-    # robust aggregation (strategies/base.py): what a poisoned reply can do to the model
-    Key("screen-factor", float, 3.0, "Scale a training reply whose update norm exceeds this many times the "
-        "exchange's lower median down to that bound (3 replies or more; counted in clipped-replies; 0: off; "
-        "the papers' settings: 0).", low=0.0),
-    Key("screen-direction", bool, True, "Drop a training reply whose model update is no closer to the "
-        "coordinate-wise median of the other replies' updates (among those sent the same model, 3 or more) "
-        "than a random direction, where the round's replies share a direction and it is an outlier among "
-        "them (the papers' settings: false)."),
+        "of the model's norm), alie (a little is enough), collude (one direction shared by every attacker, at 2.9 "
+        "times the update's norm), honest-noise (the update plus Gaussian noise of its norm) or num-examples (an "
+        "inflated example count).",
+        ("raise", "stall", "wrong-shape", "nan", "inf", "scale", "negate", "sign-flip", "noise", "alie", "collude",
+         "honest-noise", "num-examples")),
+    # robust aggregation (strategies/driver.py): what a poisoned reply can do to the model. Off by default:
+    # a run that sets none of these is the named algorithm exactly
+    Key("defence", str, "none", "Defence against poisoned training replies: none (the algorithm exactly) or robust "
+        "(the direction screen, and every record of every reply clipped to 3 times the round's lower median update "
+        "norm of that record; docs/reliability.md). Refused where the strategy combines no updates.", ("none", "robust")),
+    Key("screen-factor", float, 0.0, "Scale a training reply's update of each record whose norm exceeds this many "
+        "times the exchange's lower median norm of that record down to that bound (3 replies or more; counted "
+        "in clipped-replies; 0: off; defence robust: 3).", low=0.0),
+    Key("screen-direction", bool, False, "Drop a training reply whose model update is an outlier below the "
+        "round's cosines with the coordinate-wise median of the other replies' updates (among those sent the "
+        "same model, 3 or more) and either points against it beyond chance or, where the round's replies share "
+        "a direction, no closer to it than a random direction (defence robust: on)."),
     Key("clip-norm", float, 0.0, "Scale every training reply's update down to at most this L2 norm (0: off).", low=0.0),
-    Key("clip-median", float, 0.0, "Scale every training reply's update down to at most this many times the "
-        "exchange's median update norm (centered clipping at an adaptive radius; 0: off).", low=0.0),
+    Key("clip-median", float, 0.0, "Scale every training reply's update of each record down to at most this many "
+        "times the exchange's lower median norm of that record (centered clipping at an adaptive radius; 0: off).", low=0.0),
     Key("aggregation", str, "mean", "How replies are combined: mean (the algorithm's own), median "
         "(coordinate-wise), trimmed-mean or krum.", ("mean", "median", "trimmed-mean", "krum")),
     Key("trim-fraction", float, 0.2, "trimmed-mean: share of replies cut at each end of every coordinate, "

@@ -307,7 +307,9 @@ def answer_train(msg: Message, context: Context, cfg: RunConfig, client_for) -> 
     payload, metrics = client.answer_train(payload_of(msg.content), config)
     if client.state:
         version = int(config["server-round"])
-        commit_state(context, cfg, client.state, run_key(msg), version, keep=(int(config.get("state-keep", 0)),))
+        # the version trained from stays too: the server may drop this reply and ask for it again
+        keep = (int(config.get("state-round", 0)), int(config.get("state-keep", 0)))
+        commit_state(context, cfg, client.state, run_key(msg), version, keep=keep)
         extra["state-round"] = version
     return _reply(msg, payload, {**metrics, **extra}, client.data.pid)
 

@@ -17,6 +17,10 @@ from ``seed``, answer every training and evaluation message with the fault ``fau
   - ``negate``: u' = -10 u;
   - ``sign-flip``: u' = -u;
   - ``noise``: u' Gaussian, of the norm of the reply's own arrays (for a model: the model's norm);
+  - ``collude``: u' = 2.9 |u| d, one direction d (a unit vector drawn from ``seed``) shared by every
+    attacker in every round, just inside a norm bound of 3 medians;
+  - ``honest-noise``: u' = u + e, Gaussian e of the norm of u: an honest-looking update with as much
+    noise again, which no cosine or norm test tells from a noisy honest one;
   - ``alie``: "a little is enough" (Baruch, Baruch and Goldberg, NeurIPS 2019): u' = mu - z sigma,
     z = Phi^{-1}((n - s) / n), s = floor(n/2 + 1) - f (at least 1) for n clients and f attackers. The paper's
     attackers pool their honest updates for mu and sigma; these do not collude, so each takes its
@@ -49,7 +53,7 @@ from fedapp.runtime.registry import parse_run_config
 KINDS = ("raise", "stall", "wrong-shape", "nan", "inf")
 #: attacks on the update u: the factor u is multiplied by (``noise``, ``alie``: crafted below)
 FACTORS = {"scale": 1e30, "negate": -10.0, "sign-flip": -1.0}
-ATTACKS = (*FACTORS, "noise", "alie", "num-examples")
+ATTACKS = (*FACTORS, "noise", "alie", "collude", "honest-noise", "num-examples")
 INFLATED = 10**12
 #: metrics that identify a reply; corrupting them would test discovery, not the arrays
 ID_METRICS = ("partition-id", "num-examples")
@@ -103,24 +107,32 @@ def poison(reply: Message, received: Message, kind: str, cfg: RunConfig) -> None
     sent = received.content.array_records
     floats = [(name, key, arr.numpy().astype(np.float64)) for name, rec in content.array_records.items()
               for key, arr in rec.items() if arr.numpy().dtype.kind == "f"]
-    if kind == "noise":
-        conf = received.content["config"]
-        rng = np.random.default_rng([cfg.seed, int(conf["server-round"]), int(conf["partition-id"]), 13])
-        noise = [rng.standard_normal(a.shape) for _, _, a in floats]
-        scale = np.sqrt(sum((a**2).sum() for _, _, a in floats) / max(sum((g**2).sum() for g in noise), 1e-300))
-        crafted = {(name, key): scale * g for (name, key, _), g in zip(floats, noise)}
+    refs, updates = {}, {}
+    for name, key, a in floats:
+        ref = sent[name][key].numpy() if name in sent and key in sent[name] else None
+        refs[name, key] = ref.astype(np.float64) if ref is not None and ref.shape == a.shape else np.zeros(a.shape)
+        updates[name, key] = a - refs[name, key]
+    conf = received.content["config"]
+    if kind in ("noise", "collude", "honest-noise"):
+        # noise: of the arrays' own norm; honest-noise: of the update's; collude: one direction for all
+        seed = [cfg.seed, 17] if kind == "collude" else [cfg.seed, int(conf["server-round"]),
+                                                         int(conf["partition-id"]), 13 if kind == "noise" else 19]
+        rng = np.random.default_rng(seed)
+        drawn = {(name, key): rng.standard_normal(a.shape) for name, key, a in floats}
+        target = (sum((a**2).sum() for _, _, a in floats) if kind == "noise"
+                  else (2.9 if kind == "collude" else 1.0) ** 2 * sum((u**2).sum() for u in updates.values()))
+        scale = np.sqrt(target / max(sum((g**2).sum() for g in drawn.values()), 1e-300))
+        crafted = {k: scale * g + (updates[k] if kind == "honest-noise" else 0.0) for k, g in drawn.items()}
     z = alie_z(cfg) if kind == "alie" else 0.0
     for name, rec in list(content.array_records.items()):
         out = {}
         for key, arr in rec.items():
             a = arr.numpy()
             if a.dtype.kind == "f":
-                ref = sent[name][key].numpy() if name in sent and key in sent[name] else None
-                ref = ref.astype(np.float64) if ref is not None and ref.shape == a.shape else np.zeros(a.shape)
-                u = a.astype(np.float64) - ref
-                u = (crafted[name, key] if kind == "noise" else u - z * np.abs(u) if kind == "alie"
-                     else FACTORS[kind] * u)
-                a = (ref + u).astype(a.dtype)
+                u = updates[name, key]
+                u = (crafted[name, key] if kind in ("noise", "collude", "honest-noise")
+                     else u - z * np.abs(u) if kind == "alie" else FACTORS[kind] * u)
+                a = (refs[name, key] + u).astype(a.dtype)
             out[key] = Array(a)
         content[name] = ArrayRecord(out)
 

@@ -201,6 +201,20 @@ def check_privacy(cfg: RunConfig) -> None:
                                           f" (0 takes n / 20 = {n / 20:g}, n = {n} clients a round)"))
 
 
+def check_defence(cfg: RunConfig) -> None:
+    """``defence = "robust"`` screens and clips the updates the strategy combines: refused where it
+    combines none (``robust_refusal``), and with ``dp``, whose noise is calibrated to the mean of every
+    sampled client's clipped update."""
+    if cfg.defence == "none":
+        return
+    if why := registry.get(cfg.strategy).strategy.robust_refusal:
+        raise ConfigError(f"run config 'defence' = {cfg.defence!r} is invalid for strategy {cfg.strategy!r}: "
+                          f"{why}; allowed is 'none'")
+    if cfg.dp != "none":
+        raise ConfigError(f"run config 'defence' = {cfg.defence!r} is invalid with 'dp' = {cfg.dp!r}: the noise is "
+                          "calibrated to the mean of every sampled client's update; allowed is 'none'")
+
+
 def warn_foreign_keys(cfg: RunConfig) -> None:
     """One line naming the keys of other algorithms set away from their defaults: they have no
     effect on the chosen strategy. A warning, not an error: a setting file may set the keys of
@@ -222,6 +236,7 @@ def check(run_config: Mapping[str, Any], local: bool = True, base: Path | None =
     check_sizes(cfg)
     check_aggregation(cfg)
     check_privacy(cfg)
+    check_defence(cfg)
     warn_foreign_keys(cfg)
     check_results_dir(cfg, base)
     if local:
