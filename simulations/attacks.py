@@ -107,8 +107,8 @@ def run_config(setting: dict, strategy: str, data: str, rounds: int, option: str
            "run-name": f"{strategy}-{data}-{rounds}-{option}-{attack}-{fraction}"}
     if strategy == "pefll":
         cfg["pefll.k"] = setting["local-steps"]
-    if cfg.get("aggregation") == "krum":
-        f = int(round(fraction * cfg["num-clients"]))
+    if cfg.get("aggregation") == "krum":  # f at most what Krum tolerates of n: n > 2 f + 2
+        f = min(int(round(fraction * cfg["num-clients"])), (cfg["num-clients"] - 3) // 2)
         cfg.update({"krum-byzantine": f, "krum-select": cfg["num-clients"] - f})
     return cfg
 

@@ -55,9 +55,7 @@ def main(out: str) -> None:
               "num-server-rounds": 2, "batch-size": 8, "local-steps": 3, "seed": 1, "fraction-evaluate": 1.0,
               "results-dir": str(tmp / "results"), "run-name": name,
               "pefll.k": 3, "pefll.embed-dim": 3, "pefll.descriptor-batch": 8, "pfedhn.k": 3, "pfedhn.embed-dim": 3,
-              "pfedhn.new-client-rounds": 2, "fedrep.head-steps": 3, "fedals.alpha": 2,
-              # the plain mean (no defence), so the rows compare with the papers' settings
-              "screen-factor": 0.0, "screen-direction": False}
+              "pfedhn.new-client-rounds": 2, "fedrep.head-steps": 3, "fedals.alpha": 2}
         try:
             rows[name] = [{k: v for k, v in r.items() if k not in TIMINGS} for r in run_local(rc).history]
         except Exception as exc:  # the same refusal on both checkouts compares equal
