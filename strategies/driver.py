@@ -118,10 +118,9 @@ REPLY_ARRAYS_MARGIN = 2.0
 #: the direction screen drops a reply whose cosine with the other replies' median update is DIRECTION_Z
 #: robust deviations below the round's median cosine and either below -chance (it points against the
 #: others) or, where the round's median cosine is beyond chance, below DIRECTION_SHARE of it (it points
-#: elsewhere);
-#: chance is DIRECTION_Z / sqrt(d) over the d coordinates compared (a random direction's cosine with any
-#: fixed vector is ~ N(0, 1/d): 3 is its one-sided 99.87% point). Where that bound exceeds
-#: DIRECTION_BOUND_MAX (under 100 coordinates) random and honest cosines overlap, and it is 0
+#: elsewhere); chance is DIRECTION_Z / sqrt(d) over the d coordinates compared (a random direction's
+#: cosine with any fixed vector is ~ N(0, 1/d): 3 is its one-sided 99.87% point). Where that bound
+#: exceeds DIRECTION_BOUND_MAX (under 100 coordinates) random and honest cosines overlap, and it is 0
 DIRECTION_Z = 3.0
 DIRECTION_BOUND_MAX = 0.3
 #: in a round whose replies share a direction, an outlier carrying less than this share of the round's
@@ -224,19 +223,24 @@ def delta_pairs(pairs: list[dict[tuple[str, str], tuple[torch.Tensor, torch.Tens
     return [{k: (p[k][0], zeros[k]) for k in keys} for p in pairs]
 
 
-def record_bounds(pairs: list[dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor | None]]],
-                  factors: Iterable[float]) -> dict[str, float]:
+def record_norms(pair: Mapping[tuple[str, str], tuple[torch.Tensor, torch.Tensor | None]]) -> dict[str, float]:
+    """Record name -> the L2 norm of the reply's update of that record (``updates_norm``)."""
+    return {name: updates_norm({k: v for k, v in pair.items() if k[0] == name})
+            for name in dict.fromkeys(name for name, _ in pair)}
+
+
+def record_bounds(norms: list[dict[str, float]], factors: Iterable[float]) -> dict[str, float]:
     """Per record name, the norm bound ``min(factors) *`` the lower median of the replies' update
-    norms of that record (each reply's record: its arrays less what was sent, a delta as it is); a
-    record no reply moved has none. Every record a strategy combines (models, control variates,
-    duals, deltas) is bounded by its own replies' norms, so an attacker cannot hide a long update in
-    a record whose norm is small beside the model's."""
+    norms of that record (``norms``: each reply's ``record_norms``); a record no reply moved has none.
+    Every record a strategy combines (models, control variates, duals, deltas) is bounded by its own
+    replies' norms, so an attacker cannot hide a long update in a record whose norm is small beside
+    the model's."""
     factor = min(factors, default=0.0)
-    norms: dict[str, list[float]] = {}
-    for pair in pairs:
-        for name in dict.fromkeys(name for name, _ in pair):
-            norms.setdefault(name, []).append(updates_norm({k: v for k, v in pair.items() if k[0] == name}))
-    medians = {name: sorted(ns)[(len(ns) - 1) // 2] for name, ns in norms.items()}
+    by_record: dict[str, list[float]] = {}
+    for reply in norms:
+        for name, n in reply.items():
+            by_record.setdefault(name, []).append(n)
+    medians = {name: sorted(ns)[(len(ns) - 1) // 2] for name, ns in by_record.items()}
     return {name: factor * m for name, m in medians.items() if factor and m > 0}
 
 
@@ -719,10 +723,9 @@ class Driver:
                 else:
                     kept.append((r, pair))
             replies, pairs = [r for r, _ in kept], [p for _, p in kept]
-        bounds = record_bounds(pairs, factors)
-        for r, pair in zip(replies, pairs):
-            norms = {name: updates_norm({k: v for k, v in pair.items() if k[0] == name})
-                     for name in dict.fromkeys(name for name, _ in pair)}
+        norms_of = [record_norms(pair) for pair in pairs]
+        bounds = record_bounds(norms_of, factors)
+        for r, pair, norms in zip(replies, pairs, norms_of):
             scale = {name: min(1.0, bounds.get(name, math.inf) / n) if n > 0 else 1.0 for name, n in norms.items()}
             total = math.sqrt(sum((scale[name] * n) ** 2 for name, n in norms.items()))
             if cfg.clip_norm and total > cfg.clip_norm:
