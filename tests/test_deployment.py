@@ -34,6 +34,7 @@ BIN = Path(sys.executable).parent
 BASE = {"num-clients": 2, "num-server-rounds": 3, "fraction-train": 0.5, "fraction-evaluate": 0.0,
         "local-steps": 3, "batch-size": 16, "seed": 10, "node-wait-timeout": 120, "round-timeout": 120}
 SITES = {"site-a": 0, "site-b": 1}
+pytestmark = pytest.mark.slow
 
 
 def run_config(overrides: dict) -> str:

@@ -93,6 +93,7 @@ def pytest_runtest_setup(item):
 '''
 
 
+@pytest.mark.slow
 def test_tests_sharing_a_federation_run_on_one_worker(tmp_path):
     """scripts/test.sh's ``--dist loadgroup``: the tests of a module that share a module-scoped fixture (a
     federation of real processes) are one group on one worker, so the federation starts once (with pytest
@@ -101,8 +102,8 @@ def test_tests_sharing_a_federation_run_on_one_worker(tmp_path):
     out = tmp_path / "ran.txt"
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "PROBE_OUT": str(out)}
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "probe", "-p", "no:cacheprovider", "-n", "2", "--dist",
-                    "loadgroup", "tests/test_deployment.py", "tests/test_config.py"], cwd=ROOT, env=env,
-                   capture_output=True, check=True)
+                    "loadgroup", "--no-loadscope-reorder", "tests/test_deployment.py", "tests/test_config.py"], cwd=ROOT,
+                   env=env, capture_output=True, check=True)
     ran = [line.split(" ", 1) for line in out.read_text().splitlines()]
     deployment = {worker for worker, node in ran if node.startswith("tests/test_deployment.py::")}
     assert len(deployment) == 1 and len({worker for worker, _ in ran}) == 2, ran
