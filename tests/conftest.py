@@ -64,15 +64,17 @@ def small_config(tmp_path):
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: tens of seconds, mostly waiting on real Flower processes (a SuperLink, "
                                        "SuperNodes, `flwr run`) or a whole run")
+    # pytest-xdist 3.8 would hand out the groups of most tests first, and then the rest in this order
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the group into the node id
 def pytest_collection_modifyitems(items):
     """Under pytest-xdist's ``--dist loadgroup`` (scripts/test.sh) tests spread over the workers one
     by one; those that share a module-scoped fixture (a federation of real processes, a run made once)
-    stay together on one worker, so the fixture starts once. The ``slow`` tests go first (the order is
-    otherwise kept; scripts/test.sh keeps xdist from reordering): started last, one of them would be
-    the run's end while the other workers idle."""
+    stay together on one worker, so the fixture starts once. The ``slow`` tests go first, the order
+    otherwise kept: started last, one of them would be the run's end while the other workers idle."""
     for item in items:
         defs = getattr(item, "_fixtureinfo", None)
         if defs and any(d.scope == "module" for ds in defs.name2fixturedefs.values() for d in ds):

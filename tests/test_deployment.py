@@ -146,7 +146,7 @@ class Federation:
             "--node-config", node_config, *(["--root-certificates", str(self.creds / "ca.crt")] if ca else []),
             *extra])
 
-    def wait_for(self, name: str, text: str, count: int = 1, timeout: float = 120.0) -> None:
+    def wait_for(self, name: str, text: str, count: int = 1, timeout: float = 300.0) -> None:
         """Until ``name``'s log (appended to across restarts) holds ``text`` ``count`` times."""
         deadline = time.time() + timeout
         while self.log(name).count(text) < count:

@@ -85,13 +85,13 @@ def test_ctrl_c_stops_the_run_and_its_processes(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     rounds = results / "r" / "rounds.json"
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + 300
         while not (rounds.is_file() and json.loads(rounds.read_text())["rounds"][-1]["round"] >= 1):
             assert proc.poll() is None and time.time() < deadline, proc.communicate()[0]
             time.sleep(0.5)
         assert launched_processes(home, token)  # the SuperLink and the simulation are running
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
+        out, _ = proc.communicate(timeout=240)  # the launcher stops the run, then every process it started
     finally:
         if proc.poll() is None:
             proc.kill()
