@@ -21,7 +21,7 @@ BAD = "partition='pathological' partition-classes=11"  # README's example: 11 cl
 
 
 def timed(args: list[str], expect: int) -> tuple[float, float]:
-    """Wall and CPU seconds (its whole process tree) of ``args``, which must exit ``expect``."""
+    """Wall and CPU seconds of ``args`` (its own and its reaped children's), which must exit ``expect``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
