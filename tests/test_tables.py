@@ -36,8 +36,8 @@ def test_table_commands_smoke(paper, tmp_path):
     argv = smoke_command(paper)
     table_id, column = argv[1], argv[3]
     declared = tables.load(paper)
-    args = type("Args", (), {"seeds": None, "methods": None, "set": []})()
-    for _, _, cfg in table_plan(declared, table_id, column, "smoke", args):
+    planned = table_plan(declared, table_id, column, "smoke", SimpleNamespace(seeds=None, methods=None, set=[]))
+    for _, _, cfg in planned:
         if why := absent_data(cfg.get("dataset", "synthetic"), cfg.get("data-dir", "")):
             pytest.skip(f"{why}: its smoke command reads it")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -57,7 +57,6 @@ def test_table_commands_smoke(paper, tmp_path):
     claims = json.loads((out / "claims.json").read_text())
     assert [c["id"] for c in claims] == [c.id for c in declared.claims if c.table == table_id and c.column == column]
     assert all(c["kind"] in tables.KINDS and c["holds"] is None and c["reference_holds"] is None for c in claims)
-    planned = table_plan(declared, table_id, column, "smoke", SimpleNamespace(seeds=None, methods=None, set=[]))
     ran = {f"{cfg['model']} on {cfg['dataset']}" for _, _, cfg in planned if "model" in cfg and "dataset" in cfg}
     assert ran and all(pair in shown.splitlines()[0] for pair in ran), shown.splitlines()[0]  # the title names them
 
