@@ -4,7 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
-# one worker a core and one more (the tests that start real Flower processes spend half their time
-# waiting on them), tests handed out one by one; those sharing a module fixture (a federation) stay
-# together on one worker (tests/conftest.py); PYTEST_WORKERS=0 runs in this process
-python -m pytest -q -n "${PYTEST_WORKERS:-$(( $(nproc) + 1 ))}" --dist loadgroup "$@"
+# one worker a core and two more (the tests that start real Flower processes spend much of their time
+# waiting on them), tests handed out one by one, the slow ones first; those sharing a module fixture
+# (a federation) stay together on one worker (both: tests/conftest.py); PYTEST_WORKERS=0 runs in this
+# process
+python -m pytest -q -n "${PYTEST_WORKERS:-$(( $(nproc) + 2 ))}" --dist loadgroup "$@"

@@ -20,6 +20,7 @@ os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
 torch.set_num_threads(1)
 
 SHARED_DATA = ROOT.parent / "shared" / "data"
+
 APP = ("pyproject.toml", "README.md", "LICENSE", ".gitignore", "fedapp", "strategies", "clients")
 
 
@@ -37,6 +38,20 @@ def app_checkout(dest: Path) -> Path:
     return dest
 
 
+def absent_data(name: str, data_dir: str = "") -> str | None:
+    """Why dataset ``name`` cannot be read here offline, or None: a dataset of the hub that no folder
+    fedapp searches holds (``../shared/data`` beside the checkout, ``$FEDAPP_DATA``, ...). A test that
+    needs it skips with this reason; the suite never reaches the hub."""
+    from fedapp.core.data import sources
+
+    if name not in sources.DATASETS or sources.DATASETS[name].hub_id is None:
+        return None  # synthetic, or read from data_dir, whose test makes it
+    dirs = sources.search_dirs(data_dir)
+    if sources._find_local(name, dirs) is not None:
+        return None
+    return f"dataset {name!r} is not on this machine (looked in {', '.join(map(str, dirs))})"
+
+
 @pytest.fixture
 def small_config(tmp_path):
     """A fast run config on the offline synthetic data."""
@@ -46,12 +61,22 @@ def small_config(tmp_path):
     }
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: tens of seconds, mostly waiting on real Flower processes (a SuperLink, "
+                                       "SuperNodes, `flwr run`) or a whole run")
+    # pytest-xdist 3.8 would hand out the groups of most tests first, and then the rest in this order
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the group into the node id
 def pytest_collection_modifyitems(items):
     """Under pytest-xdist's ``--dist loadgroup`` (scripts/test.sh) tests spread over the workers one
     by one; those that share a module-scoped fixture (a federation of real processes, a run made once)
-    stay together on one worker, so the fixture starts once."""
+    stay together on one worker, so the fixture starts once. The ``slow`` tests go first, the order
+    otherwise kept: started last, one of them would be the run's end while the other workers idle."""
     for item in items:
         defs = getattr(item, "_fixtureinfo", None)
         if defs and any(d.scope == "module" for ds in defs.name2fixturedefs.values() for d in ds):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -161,8 +161,9 @@ def test_status_queries_back_off_while_the_log_stream_is_open(monkeypatch):
     monkeypatch.setattr(launch, "run_status", lambda run_id, env: {"status": "running"})
     stream = Stream(True)
     launch.wait_for_status("7", {}, stream, None, 120.0)
-    launch.wait_for_status("7", {}, stream, launch.time.time() + 5.0, 120.0)
-    assert stream.waits[0] == 120.0 and 4.0 < stream.waits[1] <= 5.0
+    monkeypatch.setattr(launch.time, "time", lambda: 1000.0)  # a clock standing still: the deadline 5 s ahead
+    launch.wait_for_status("7", {}, stream, 1005.0, 120.0)
+    assert stream.waits == [120.0, 5.0]
     ended = Stream(False)
     monkeypatch.setattr(launch.time, "sleep", lambda s: ended.waits.append(s))
     launch.wait_for_status("7", {}, ended, None, 120.0)

@@ -34,6 +34,7 @@ BIN = Path(sys.executable).parent
 BASE = {"num-clients": 2, "num-server-rounds": 3, "fraction-train": 0.5, "fraction-evaluate": 0.0,
         "local-steps": 3, "batch-size": 16, "seed": 10, "node-wait-timeout": 120, "round-timeout": 120}
 SITES = {"site-a": 0, "site-b": 1}
+pytestmark = pytest.mark.slow
 
 
 def run_config(overrides: dict) -> str:
@@ -145,7 +146,7 @@ class Federation:
             "--node-config", node_config, *(["--root-certificates", str(self.creds / "ca.crt")] if ca else []),
             *extra])
 
-    def wait_for(self, name: str, text: str, count: int = 1, timeout: float = 120.0) -> None:
+    def wait_for(self, name: str, text: str, count: int = 1, timeout: float = 300.0) -> None:
         """Until ``name``'s log (appended to across restarts) holds ``text`` ``count`` times."""
         deadline = time.time() + timeout
         while self.log(name).count(text) < count:
@@ -167,11 +168,12 @@ class Federation:
         return self.flwr("run", str(self.app), "sites", "--run-config", config)["run-id"]
 
     def wait_finished(self, run_id: str, results: Path, num_rows: int, timeout: float = 300.0) -> dict:
-        """The run's final `flwr ls` entry. Each `flwr ls` is a CLI start, so until ``results``
-        has its ``num_rows`` rows it is only asked every 20 s (in case the run failed)."""
-        deadline, asked = time.time() + timeout, 0.0
+        """The run's final `flwr ls` entry. Each `flwr ls` is a CLI start (about 1.5 CPU s), so it is
+        asked every 3 s once ``results`` has its ``num_rows`` rows, before that only every 60 s (in
+        case the run failed)."""
+        deadline, asked, status = time.time() + timeout, time.time(), {"status": "not asked yet"}
         while True:
-            if len(rounds(results)) >= num_rows or time.time() - asked > 20:
+            if time.time() - asked > (3 if len(rounds(results)) >= num_rows else 60):
                 asked = time.time()
                 status = self.flwr("ls", "sites", "--run-id", run_id)["runs"][0]
                 if status["status"].startswith("finished"):

@@ -20,7 +20,8 @@ from test_deployment import ROOT, Federation, free_port, rounds, run_config
 
 NGINX = shutil.which("nginx") or shutil.which("/usr/sbin/nginx")
 SITES = ("site-0", "site-1", "site-2")
-pytestmark = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (scripts/setup.sh installs it)")
+pytestmark = [pytest.mark.skipif(NGINX is None, reason="nginx is not installed (scripts/setup.sh installs it)"),
+              pytest.mark.slow]
 
 
 def wait_listening(port: int, timeout: float = 30.0) -> None:

@@ -333,6 +333,7 @@ def test_scaffold_authors_control_variates_freeze_after_the_first_sync(small_con
             assert float(ci[pid]["fc1.weight"].abs().max()) == 0.0
 
 
+@pytest.mark.slow
 def test_matches_authors_fedals_code():
     """FedAvg and FedALS against the authors' code (simulations/fedals/authors_golden.py made the
     numbers with their DSGDAlg.parallel_sgd_layer): 5 clients, ResNet-20, tau = 2, alpha = 3, the same

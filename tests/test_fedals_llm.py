@@ -6,6 +6,7 @@ and the authors' LLM path (simulations/fedals/authors_golden_llm.py) on the same
 from __future__ import annotations
 
 import gc
+import importlib.util
 import json
 from pathlib import Path
 
@@ -14,7 +15,9 @@ import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-pytest.importorskip("transformers")
+# the llm extra, looked up and not imported: its import would take seconds of every worker's collection
+if importlib.util.find_spec("transformers") is None:
+    pytest.skip("transformers is not installed (the llm extra)", allow_module_level=True)
 
 from clients.fedals import FedALSClient  # noqa: E402
 from clients.fedavg import FedAvgClient  # noqa: E402

@@ -29,6 +29,7 @@ def superexec_environ(home: Path, token: str) -> list[bytes]:
     return []
 
 
+@pytest.mark.slow
 def test_flwr_run_simulation_completes_and_writes_results(tmp_path, monkeypatch):
     results = tmp_path / "results"
     queries = []  # each status query is a `flwr ls` process (seconds of CPU beside the run)
@@ -55,6 +56,7 @@ def test_flwr_run_simulation_completes_and_writes_results(tmp_path, monkeypatch)
     assert str(tmp_path / "flwr-home") not in ps
 
 
+@pytest.mark.slow
 def test_flwr_run_bad_config_fails_before_training(tmp_path, monkeypatch):
     calls = []  # every `flwr` command the launcher runs
     monkeypatch.setattr(launcher, "_flwr", lambda args, *a, **kw: calls.append(args))
@@ -71,6 +73,7 @@ def test_flwr_run_bad_config_fails_before_training(tmp_path, monkeypatch):
     assert status["status"] == "finished:failed"
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_the_run_and_its_processes(tmp_path):
     """Ctrl-C on `python -m fedapp.runtime.launch` stops the run on the SuperLink and every process it
     started (SuperExec, simulation, Ray), exits 130 and keeps the rounds so far with their plot."""
@@ -82,13 +85,13 @@ def test_ctrl_c_stops_the_run_and_its_processes(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     rounds = results / "r" / "rounds.json"
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + 300
         while not (rounds.is_file() and json.loads(rounds.read_text())["rounds"][-1]["round"] >= 1):
             assert proc.poll() is None and time.time() < deadline, proc.communicate()[0]
             time.sleep(0.5)
         assert launched_processes(home, token)  # the SuperLink and the simulation are running
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
+        out, _ = proc.communicate(timeout=240)  # the launcher stops the run, then every process it started
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -101,6 +104,7 @@ def test_ctrl_c_stops_the_run_and_its_processes(tmp_path):
     assert (results / "r" / "plot.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_plain_flwr_run_on_a_fresh_offline_flower_home(tmp_path):
     """`flwr run . --stream` as the README gives it: a Flower home with no config (Flower writes its
     default 2-node local federation), no runtime dependency installation (offline)."""
@@ -117,6 +121,7 @@ def test_plain_flwr_run_on_a_fresh_offline_flower_home(tmp_path):
     assert [r["round"] for r in doc["rounds"]] == [0, 1] and doc["rounds"][1]["replies"] == 2
 
 
+@pytest.mark.slow
 def test_timeout_stops_the_run_and_its_processes(tmp_path):
     home, token = tmp_path / "flwr-home", uuid.uuid4().hex
     os.environ[LAUNCH_ID] = token  # launch() gives its processes this id, so they can be looked for
@@ -188,6 +193,7 @@ def test_prewarmed_flwr_runs_the_command_it_is_given_or_none(tmp_path):
     assert not (tmp_path / "flwr-home").exists()  # no SuperLink, no config: it ran nothing
 
 
+@pytest.mark.slow
 def test_the_prewarmed_flwr_builds_flowers_own_fab_without_walking_ignored_folders(tmp_path):
     """`flwr run` packs the app into a FAB after walking every file under the app's folder, a .venv
     inside the checkout included (2.6 CPU s on the path to round 0); the prewarmed process builds the

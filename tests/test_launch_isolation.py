@@ -10,6 +10,8 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 from fedapp.runtime.launch import launched_processes
 from tests.conftest import app_checkout as checkout
 
@@ -30,6 +32,7 @@ class Foreign(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow
 def test_launches_are_isolated(tmp_path):
     a, b = checkout(tmp_path / "a"), checkout(tmp_path / "b")
     try:

@@ -77,6 +77,7 @@ def example_runs(tmp_path_factory):
     return out, tmp
 
 
+@pytest.mark.slow
 def test_plain_flower_clientapp_joins(example_runs):
     """`flwr run` of examples/plain-flower-client: fedapp's ServerApp, the quickstart-style ClientApp on
     Flower's default 2-node federation. Both nodes train in every round, keyed by their node ids, and
@@ -95,6 +96,7 @@ def test_plain_flower_clientapp_joins(example_runs):
     assert rows[1]["train-loss"] > 0
 
 
+@pytest.mark.slow
 def test_docs_library_examples(example_runs):
     """Each example of docs/flower-library.md, as the page shows its code, runs through `flwr run`."""
     out, tmp = example_runs

@@ -1,6 +1,7 @@
 """The in-process engine's worker processes change nothing but speed: a run with the clients of
 each exchange spread over two forked workers is bit-identical to the serial run."""
 
+import pytest
 import torch
 
 from fedapp.runtime.client_app import app
@@ -47,6 +48,7 @@ def test_a_nodes_messages_run_in_turn_with_its_context():
     assert grid.contexts[101].state["n"]["n"] == 3
 
 
+@pytest.mark.slow
 def test_gpu_runs_spawn_workers_that_import_the_app(small_config, monkeypatch):
     """Where the clients would train on CUDA the workers are spawned, not forked, and import
     fedapp's ClientApp by name; the run is still the serial one (here on the CPU: torch in the

@@ -49,7 +49,8 @@ SETTINGS = {"fedavg": {}, "fedprox": {"fedprox.proximal-mu": 0.01}, "scaffold": 
             "pefll": {"pefll.k": 10, "pefll.beta": 0.1}}
 
 
-@pytest.mark.parametrize("strategy, via", [(s, "in process") for s in SETTINGS] + [("fedavg", "flwr run")])
+@pytest.mark.parametrize("strategy, via", [(s, "in process") for s in SETTINGS]
+                         + [pytest.param("fedavg", "flwr run", marks=pytest.mark.slow)])
 def test_own_model_and_csv_data(tmp_path, monkeypatch, strategy, via):
     cfg = example_config(tmp_path, strategy=strategy, **SETTINGS[strategy])
     if via == "flwr run":

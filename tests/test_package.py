@@ -8,6 +8,7 @@ import zipfile
 from importlib.metadata import metadata
 from pathlib import Path
 
+import pytest
 from flwr.cli.build import build_fab_from_disk
 from packaging.specifiers import SpecifierSet
 from packaging.requirements import Requirement
@@ -54,6 +55,7 @@ def test_license_file_matches_pyproject():
     assert "Apache License" in text and "Version 2.0, January 2004" in text
 
 
+@pytest.mark.slow
 def test_app_bundle_ships_code_and_no_results():
     fab = zipfile.ZipFile(io.BytesIO(build_fab_from_disk(ROOT)))
     names = fab.namelist()

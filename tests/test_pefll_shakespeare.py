@@ -77,6 +77,7 @@ def test_evaluation_descriptor_on_a_subset(play_config):
     assert not torch.allclose(want, every)
 
 
+@pytest.mark.slow
 def test_shakespeare_run_resumes_exactly(play_config, tmp_path, monkeypatch):
     """The LSTM embedding's code path passes what every strategy does: a run stopped before step 3 and
     resumed from its checkpoint ends, rows and networks, as the uninterrupted run of the same seed

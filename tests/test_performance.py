@@ -243,6 +243,7 @@ def test_cached_dataset_is_mapped_from_its_file_and_writes_stay_private(tmp_path
     assert torch.equal(torch.load(file)["train_x"], images)
 
 
+@pytest.mark.slow
 def test_a_client_process_leaves_the_partitioners_and_their_packages_out(small_config, tmp_path):
     """Once the run's partitions are cached (the launcher's check computes them), a client process
     serves its messages without Hugging Face datasets, flwr-datasets, pandas or matplotlib (1.4 CPU s

@@ -88,22 +88,45 @@ import os, pytest
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     with open(os.environ["PROBE_OUT"], "a") as f:
-        f.write(os.environ.get("PYTEST_XDIST_WORKER", "") + " " + item.nodeid + "\\n")
+        slow = "slow" if item.get_closest_marker("slow") else "-"
+        f.write(os.environ.get("PYTEST_XDIST_WORKER", "") + " " + slow + " " + item.nodeid + "\\n")
     pytest.skip("probe")
 '''
 
 
-def test_tests_sharing_a_federation_run_on_one_worker(tmp_path):
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory) -> list[tuple[str, bool, str]]:
+    """(worker, slow, node id) of each test as each worker set it up (and skipped it) under scripts/test.sh's
+    ``--dist loadgroup`` on two workers: a federation's module (slow, one group), a module whose tests share
+    built models (one group), and two of single tests, the smoke table commands among them slow."""
+    tmp = tmp_path_factory.mktemp("probe")
+    (tmp / "probe.py").write_text(PROBE)
+    out = tmp / "ran.txt"
+    env = {**os.environ, "PYTHONPATH": str(tmp), "PROBE_OUT": str(out)}
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "probe", "-p", "no:cacheprovider", "-n", "2", "--dist",
+                    "loadgroup", "tests/test_config.py", "tests/test_deployment.py", "tests/test_models.py",
+                    "tests/test_tables.py"], cwd=ROOT, env=env, capture_output=True, check=True)
+    return [(worker, slow == "slow", node) for worker, slow, node in
+            (line.split(" ", 2) for line in out.read_text().splitlines())]
+
+
+@pytest.mark.slow
+def test_tests_sharing_a_federation_run_on_one_worker(probed):
     """scripts/test.sh's ``--dist loadgroup``: the tests of a module that share a module-scoped fixture (a
     federation of real processes) are one group on one worker, so the federation starts once (with pytest
     9.2, pytest-xdist 3.8 no longer groups: its group suffix lands in an attribute the node id ignores)."""
-    (tmp_path / "probe.py").write_text(PROBE)
-    out = tmp_path / "ran.txt"
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "PROBE_OUT": str(out)}
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "probe", "-p", "no:cacheprovider", "-n", "2", "--dist",
-                    "loadgroup", "tests/test_deployment.py", "tests/test_config.py"], cwd=ROOT, env=env,
-                   capture_output=True, check=True)
-    ran = [line.split(" ", 1) for line in out.read_text().splitlines()]
-    deployment = {worker for worker, node in ran if node.startswith("tests/test_deployment.py::")}
-    assert len(deployment) == 1 and len({worker for worker, _ in ran}) == 2, ran
-    assert all(node.endswith("@test_deployment") for _, node in ran if node.startswith("tests/test_deployment.py"))
+    deployment = {worker for worker, _, node in probed if node.startswith("tests/test_deployment.py::")}
+    assert len(deployment) == 1 and len({worker for worker, _, _ in probed}) == 2, probed
+    assert all(node.endswith("@test_deployment") for _, _, node in probed if node.startswith("tests/test_deployment.py"))
+
+
+@pytest.mark.slow
+def test_slow_tests_are_handed_out_first(probed):
+    """Each worker starts on a slow test and sets up none after one that is not: the slow ones are handed
+    out first, before a group of many fast tests too (pytest-xdist's own order: groups by size, then the
+    rest, which gave one worker test_models.py's group first)."""
+    assert sorted(node.split("::")[0] for _, slow, node in probed if slow) == [
+        "tests/test_deployment.py"] * 5 + ["tests/test_tables.py"] * 4
+    for worker in {worker for worker, _, _ in probed}:
+        flags = [slow for w, slow, _ in probed if w == worker]
+        assert flags[0] and flags == sorted(flags, reverse=True), probed

@@ -169,6 +169,7 @@ def test_site_keys_table_is_one_to_one(tmp_path, config):
     assert build_strategy(parse_run_config(config("fedavg"))).driver.sites is None  # without it: as before
 
 
+@pytest.mark.slow
 def test_superlink_reports_the_keys_site_keys_binds(federation, tmp_path):
     """On loopback with SuperNode authentication (tests/test_deployment.py's federation): site C's
     registered key, started with site A's partition-id=0, is refused by its key's fingerprint

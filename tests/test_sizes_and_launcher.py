@@ -100,6 +100,7 @@ def started(pid: int) -> str | None:
     return None if fields[0] == "Z" else fields[19]
 
 
+@pytest.mark.slow
 def test_launcher_processes_die_with_it(tmp_path):
     """A run under way through `python -m fedapp.runtime.launch`; the launcher is killed with SIGKILL
     (no cleanup of its own): every process it started, and what they started (SuperLink, SuperExec,
