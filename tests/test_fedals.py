@@ -17,7 +17,6 @@ from fedapp.core.experiment import model_for
 from fedapp.runtime.inprocess import InProcessGrid, run_local
 from fedapp.core.models import build_model
 from fedapp.core.records import make_content, payload_of
-from simulations.attacks import PLAIN
 from strategies.base import weighted_mean
 from strategies.fedals import FedALS
 
@@ -80,7 +79,7 @@ def test_table2_parameters_per_client_resnet20_cifar10(alpha, billions):
 @pytest.mark.parametrize("momentum", [0.0, 0.9])
 def test_alpha_one_reproduces_fedavg_iterates(small_config, momentum, monkeypatch):
     run_config = {**small_config, "num-server-rounds": 3, "fraction-evaluate": 0.0, "momentum": momentum,
-                  "weight-decay": 1e-4, **PLAIN}  # the plain mean: FedAvg's iterates exactly
+                  "weight-decay": 1e-4}  # the plain mean (the default): FedAvg's iterates exactly
     fedals = run_local({**run_config, "strategy": "fedals", "fedals.alpha": 1})
     # FedALS clients keep their momentum across rounds, as the paper's FedAvg baseline does
     monkeypatch.setattr(FedAvgClient, "keep_optimizer_state", True)
@@ -317,7 +316,7 @@ def test_scaffold_authors_control_variates_freeze_after_the_first_sync(small_con
     move (its first average comes after the copy froze)."""
     # the plain mean: the authors' code ran no defence
     run_config = {**small_config, "strategy": "fedals-scaffold", "fedals.alpha": 2, "fraction-evaluate": 0.0,
-                  "central-eval": False, "lr": 0.05, "momentum": 0.9, "fedals.scaffold-variant": "authors", **PLAIN}
+                  "central-eval": False, "lr": 0.05, "momentum": 0.9, "fedals.scaffold-variant": "authors"}
     runs = {}
     for rounds in (1, 2, 4):
         grid = InProcessGrid(app, 4, {**run_config, "num-server-rounds": rounds})
