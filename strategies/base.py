@@ -40,9 +40,10 @@ from fedapp.core.config import COMMON_KEYS, ConfigError, Key, RunConfig
 from fedapp.runtime.registry import parse_run_config
 from fedapp.core.data import Dataset
 from fedapp.core.experiment import round_lr, unseen_clients
+from fedapp.core.models import module_of
 from fedapp.core.records import Payload, RecordStore, Tensors, from_record, to_record
 from fedapp.core.training import evaluate
-from strategies.driver import ClientInfo, Driver, Reply, Spec, own_hook, spec_of
+from strategies.driver import ClientInfo, Driver, Reply, Spec, message_config, own_hook, spec_of
 from strategies.privacy import private_round
 
 #: common run-config settings that clients read in local training and evaluation: every training and
@@ -54,17 +55,26 @@ CLIENT_SETTINGS = ("batch-size", "local-steps", "local-epochs", "momentum", "wei
 
 
 class Settings(ABCMeta):
-    """How every fedapp strategy is built: from a run config, ``FedSMOO(cfg, model)``, or as Flower's
-    strategies are, from keyword arguments named after its settings,
-    ``FedSMOO(model=net, rho=0.1, beta=100.0, fraction_train=0.1)`` (``FedStrategy.run_config``
-    turns them into the same run config). Either way the class's own ``__init__(cfg, model, dataset)``
-    builds it, so a strategy declares its settings once, as ``config_keys``."""
+    """How every fedapp strategy is built: as Flower's strategies are, from keyword arguments named
+    after its settings, ``FedSMOO(rho=0.1, beta=100.0, fraction_train=0.1)``, the initial model
+    coming with ``start(grid, initial_arrays)``; or, as fedapp's ServerApp builds it, from a run
+    config and the module, ``FedSMOO(cfg, model, dataset)`` (``FedStrategy.run_config`` turns
+    keyword arguments into the same run config). The class's own ``__init__(cfg, model, dataset)``
+    builds it either way, so a strategy declares its settings once, as ``config_keys``: without a
+    model it runs when the initial arrays arrive (``FedStrategy.set_global_arrays``), on a module of
+    their structure (``fedapp.core.models.module_of``)."""
 
     def __call__(cls, cfg: RunConfig | None = None, model: torch.nn.Module | None = None,
                  dataset: Dataset | None = None, **settings: Any):
-        if model is None:
-            raise TypeError(f"{cls.__name__}() needs model=: the torch module whose state is the initial global model")
-        return super().__call__(cls.run_config(cfg, **settings), model, dataset)
+        cfg = cls.run_config(cfg, **settings)
+        if model is not None:
+            return super().__call__(cfg, model, dataset)
+        if dataset is not None:
+            raise TypeError(f"{cls.__name__}(dataset=...) is the test set the server evaluates the model on: "
+                            "pass model= with it")
+        strategy = cls.__new__(cls)
+        strategy.cfg = cfg
+        return strategy
 
 
 def keyword_of(key: str) -> str:
@@ -74,19 +84,35 @@ def keyword_of(key: str) -> str:
     return name + "_" if keyword.iskeyword(name) else name
 
 
+#: the settings of Flower's strategies' constructors that fedapp's run config has, first in every
+#: strategy's signature
+FLOWER_KEYS = ("fraction-train", "fraction-evaluate", "min-train-nodes")
+
+
+def flower_keys(cls: type) -> list[Key]:
+    """The common keys of ``FLOWER_KEYS`` that ``cls``'s own settings do not name."""
+    own, common = {k.name for k in cls.config_keys}, {k.name: k for k in COMMON_KEYS}
+    return [common[name] for name in FLOWER_KEYS if name not in own]
+
+
 def _parameters_doc(cls: type) -> str:
     """The NumPy-style Parameters section of a strategy's docstring, from its ``config_keys``."""
-    lines = ["Parameters", "----------",
-             "model : torch.nn.Module", "    Its state is the initial global model (start()'s initial_arrays replace it).",
-             "dataset : fedapp.core.data.Dataset | None (default: None)",
-             "    The global test set the server evaluates the global model on (central-eval); None: not evaluated.",
-             "cfg : fedapp.core.config.RunConfig | None (default: None)",
-             "    A run config to start from (the keyword arguments below go over it)."]
+    lines = ["Parameters", "----------"]
+    for key in flower_keys(cls):
+        lines += [f"{keyword_of(key.name)} : {key.type.__name__} (default: {key.default!r})",
+                  f"    Run config ``{key.name}``. {key.doc}"]
     for key in cls.config_keys:
         lines += [f"{keyword_of(key.name)} : {key.type.__name__} (default: {key.default!r})",
                   f"    Run config ``{cls.config_prefix}.{key.name}``. {key.doc}"]
-    lines += ["**settings", "    Every common run-config key as a keyword argument, '-' spelt '_' (``fraction_train``, "
-              "``lr``, ``seed``, ``aggregation``, ...; ``python -m fedapp list`` shows them all)."]
+    lines += ["model : torch.nn.Module | None (default: None)",
+              "    The module whose state is the initial global model; None: start()'s initial_arrays are, and give "
+              "the structure (every floating-point array a parameter but norm layers' running statistics).",
+              "dataset : fedapp.core.data.Dataset | None (default: None)",
+              "    With model: the global test set the server evaluates the global model on (central-eval).",
+              "cfg : fedapp.core.config.RunConfig | None (default: None)",
+              "    A run config to start from (the keyword arguments go over it).",
+              "**settings", "    Every other common run-config key as a keyword argument, '-' spelt '_' (``lr``, "
+              "``seed``, ``aggregation``, ...; ``python -m fedapp list`` shows them all)."]
     return "\n\n" + "\n".join(lines) + "\n"
 
 
@@ -106,9 +132,11 @@ class FedStrategy(Strategy, metaclass=Settings):
         cls.__doc__ = inspect.cleandoc(cls.__doc__ or cls.__name__) + _parameters_doc(cls)
         p = inspect.Parameter
         cls.__signature__ = inspect.Signature(
-            [p("cfg", p.POSITIONAL_OR_KEYWORD, default=None), p("model", p.POSITIONAL_OR_KEYWORD, default=None),
-             p("dataset", p.POSITIONAL_OR_KEYWORD, default=None),
-             *(p(keyword_of(k.name), p.KEYWORD_ONLY, default=k.default) for k in cls.config_keys),
+            [*(p(keyword_of(k.name), p.KEYWORD_ONLY, default=k.default, annotation=k.type)
+               for k in (*flower_keys(cls), *cls.config_keys)),
+             p("model", p.KEYWORD_ONLY, default=None, annotation=torch.nn.Module | None),
+             p("dataset", p.KEYWORD_ONLY, default=None, annotation=Dataset | None),
+             p("cfg", p.KEYWORD_ONLY, default=None, annotation=RunConfig | None),
              p("settings", p.VAR_KEYWORD)])
 
     #: run-config prefix and keys of the algorithm's own settings (``prefix.key``); a registered strategy
@@ -327,7 +355,7 @@ class FedStrategy(Strategy, metaclass=Settings):
         (default: ``start``'s config of that phase)."""
         base = self.base_config[phase] if config is None else config
         return self.driver.contents(server_round, {pid: self.client_payload(phase, pid, server_round) for pid in pids},
-                                    lambda pid: {**dict(base), **self.client_config(phase, pid, server_round)},
+                                    lambda pid: message_config(phase, base, self.client_config(phase, pid, server_round)),
                                     self.broadcast_payload(phase, server_round), self.shared_payloads(phase, server_round))
 
     def train_contents(self, server_round: int, config: Mapping | None = None) -> dict[int, RecordDict]:
@@ -339,9 +367,21 @@ class FedStrategy(Strategy, metaclass=Settings):
         """The global model as Flower carries it between rounds; None without one (``global_model``)."""
         return to_record(self.global_state) if self.global_model else None
 
+    @property
+    def built(self) -> bool:
+        """Whether the strategy holds its model: False from keyword arguments without ``model=``
+        until the initial arrays arrive."""
+        return "driver" in vars(self)
+
     def set_global_arrays(self, arrays: ArrayRecord, what: str = "arrays") -> None:
-        """Take ``arrays`` as the global model: the same keys, shapes and dtypes as the strategy's."""
+        """Take ``arrays`` as the global model: the same keys, shapes and dtypes as the strategy's. A
+        strategy built without a model is built here, on a module of the arrays' structure."""
         name = type(self).__name__
+        if not self.built:
+            state = from_record(arrays)
+            type(self).__init__(self, self.cfg, module_of(state, self.cfg.head_modules))
+            self.global_state = state  # in the arrays' order, which the clients' replies keep
+            return
         if not self.global_model:
             raise ValueError(f"{name} keeps no single global model, so it cannot take {what}: pass none (or an "
                              "empty ArrayRecord)")
@@ -393,6 +433,7 @@ class FedStrategy(Strategy, metaclass=Settings):
             metrics["skipped"] = 1
             return None, MetricRecord(metrics)
         self.aggregate(server_round, valid)
+        self.driver.named["train"] = self.driver.named_metrics(valid)
         n = sum(r.num_examples for r in valid) or 1
         for key in ("train-loss",):
             if all(key in r.metrics for r in valid):
@@ -429,6 +470,7 @@ class FedStrategy(Strategy, metaclass=Settings):
         self.client_evals = [(r.pid, r.pid in self.unseen, r.metrics) for r in valid]
         if not valid:
             return None
+        self.driver.named["evaluate"] = self.driver.named_metrics(valid)
         out: dict[str, float] = {}
         groups = {"fed": valid}
         if self.unseen:
@@ -466,19 +508,38 @@ class FedStrategy(Strategy, metaclass=Settings):
 
     def honour(self, initial_arrays: ArrayRecord | None, num_rounds: int | None, timeout: float | None,
                train_config: Mapping | None, evaluate_config: Mapping | None, evaluate_fn) -> None:
-        """Take ``start``'s Flower arguments: a run length and timeout replace the run config's
-        (``num-server-rounds``, ``round-timeout``), the configs are the base of every message's
-        config, ``initial_arrays`` replaces the initial global model. What a strategy cannot honour
-        (arrays or ``evaluate_fn`` without a single global model) fails here, in one line."""
+        """Take ``start``'s Flower arguments: ``initial_arrays`` replaces the initial global model (and
+        builds a strategy constructed without a model), a run length and timeout replace the run
+        config's (``num-server-rounds``, ``round-timeout``), the configs are the base of every
+        message's config. A config key that names a setting the messages carry (``lr``,
+        ``batch-size``, ``local-steps``, the algorithm's own such as ``proximal-mu``) sets it, so the
+        user's value wins over fedapp's and the server computes with it too; any other key travels
+        as given. What a strategy cannot honour (arrays or ``evaluate_fn`` without a single global
+        model, one setting given two values) fails here, in one line."""
+        name = type(self).__name__
+        if initial_arrays is not None and len(initial_arrays):
+            self.set_global_arrays(initial_arrays, "initial_arrays")
+        elif not self.built:
+            raise ValueError(f"{name} was built without a model, so start() needs initial_arrays: the initial "
+                             "global model, ArrayRecord(net.state_dict())")
         if num_rounds is not None:
             self.cfg = self.cfg.replace(num_server_rounds=int(num_rounds))
         if timeout is not None:
             self.cfg = self.cfg.replace(round_timeout=float(timeout))
-        self.base_config = {"train": dict(train_config or {}), "evaluate": dict(evaluate_config or {})}
-        if initial_arrays is not None and len(initial_arrays):
-            self.set_global_arrays(initial_arrays, "initial_arrays")
+        configs = {"train": dict(train_config or {}), "evaluate": dict(evaluate_config or {})}
+        carried = {*CLIENT_SETTINGS, "lr", *self.client_keys}
+        settings = {k: v for k, v in configs["evaluate"].items() if k in carried}
+        for key, value in configs["train"].items():
+            if key in settings and settings[key] != value:
+                raise ConfigError(f"train_config['{key}'] = {value!r} and evaluate_config['{key}'] = "
+                                  f"{settings[key]!r}: {name} runs one '{key}'; give it once")
+            if key in carried:
+                settings[key] = value
+        if settings:
+            self.cfg = type(self).run_config(self.cfg, **{keyword_of(k): v for k, v in settings.items()})
+        self.base_config = {phase: {k: v for k, v in c.items() if k not in carried} for phase, c in configs.items()}
         if evaluate_fn is not None and not self.global_model:
-            raise ValueError(f"{type(self).__name__} keeps no single global model, so start() cannot call "
+            raise ValueError(f"{name} keeps no single global model, so start() cannot call "
                              "evaluate_fn: leave it out (central-eval evaluates what it can)")
 
     def start(self, grid: Grid, initial_arrays: ArrayRecord | None = None, num_rounds: int | None = None,

@@ -72,6 +72,22 @@ class ClientInfo:
 FLOWER_METRICS = {"train_loss": "train-loss", "eval_loss": "loss", "eval_acc": "accuracy"}
 
 
+#: config keys every message carries for fedapp's protocol (``Driver.contents``, ``Driver.messages``)
+MESSAGE_KEYS = ("server-round", "partition-id", "run-key", "reply-nonce", "state-round", "state-keep")
+
+
+def message_config(phase: str, given: Mapping, own: Mapping) -> dict[str, Any]:
+    """A message's config: ``start``'s config of ``phase`` (``given``; its settings already taken into
+    the run config, ``FedStrategy.honour``) with the strategy's ``own`` keys. A key of both with two
+    values, or one of fedapp's ``MESSAGE_KEYS``, is refused in one line naming both."""
+    for key, value in given.items():
+        if key in MESSAGE_KEYS or (key in own and own[key] != value):
+            theirs = f"'{key}' = {own[key]!r}" if key in own else f"'{key}' (the message's {key})"
+            raise ConfigError(f"{phase}_config['{key}'] = {value!r} clashes with fedapp's {theirs} in the same "
+                              "config: leave it out or name it otherwise")
+    return {**dict(given), **dict(own)}
+
+
 def app_is_plain() -> bool:
     """Whether the Flower app this ServerApp runs in has a plain Flower ClientApp (one with no query
     function), which every SuperNode of its runs loads from the app bundle, simulated or deployed.
@@ -317,6 +333,8 @@ class Driver:
         self.private_round = private_round
         # the run state the driver writes (checkpoints carry history and totals: fedapp.runtime.checkpoint)
         self.clients: dict[int, ClientInfo] = {}  #: partition id -> its node, found at discovery
+        #: this round's reply metrics by phase, under their clients' names (``named_metrics``), for Flower's Result
+        self.named: dict[str, dict[str, float]] = {}
         self.history: list[dict[str, Any]] = []  #: the rows of the rounds run, round 0 first
         self.totals: Counter = Counter()  #: traffic since round 1
         #: node id -> the partition id it claimed that another node serves (-1: a plain Flower
@@ -414,6 +432,20 @@ class Driver:
                 return
             time.sleep(1.0)
 
+    def named_metrics(self, replies: list[Reply]) -> dict[str, float]:
+        """The replies' metrics under the names their clients gave them (a plain Flower ClientApp's
+        ``eval_acc`` as ``eval_acc``), each that every reply carries averaged weighted by
+        ``num-examples``, as Flower's ``aggregate_metricrecords`` does: Flower's ``Result`` holds
+        them beside fedapp's pooled ``fed-*`` metrics."""
+        theirs = {ours: name for name, ours in FLOWER_METRICS.items()}
+        named = [{theirs.get(k, k) if self.clients[r.pid].plain else k: v for k, v in r.metrics.items()}
+                 for r in replies]
+        weights = np.array([r.num_examples for r in replies], dtype=float)
+        if not named or weights.sum() <= 0:
+            return {}
+        keys = [k for k in named[0] if k != "num-examples" and all(k in m for m in named)]
+        return {k: float(np.dot([m[k] for m in named], weights) / weights.sum()) for k in keys}
+
     def plain_client(self, node: int) -> None:
         """Take node ``node``, whose ClientApp has no query function (a plain Flower ClientApp),
         as a client keyed by its node id, where the strategy's clients need no step of their own
@@ -500,9 +532,11 @@ class Driver:
         ``spec(pid)`` (None: no arrays checked, as for evaluation replies). Every exchange of a round
         beyond Flower's configure/aggregate pair goes through here (PeFLL's phases, pFedHN, FedALS's
         body collection, HCCT's newcomers)."""
-        base = self.strategy.base_config["train" if message_type == MessageType.TRAIN else "evaluate"]
+        phase = "train" if message_type == MessageType.TRAIN else "evaluate"
+        base = self.strategy.base_config[phase]
         per_client = config if callable(config) else lambda pid: config
-        contents = self.contents(server_round, payloads, lambda pid: {**base, **per_client(pid)}, broadcast, shared)
+        contents = self.contents(server_round, payloads, lambda pid: message_config(phase, base, per_client(pid)),
+                                 broadcast, shared)
         expected = {pid: None if spec is None else spec(pid) for pid in contents}
         return self.parse_replies(self.exchange(grid, self.messages(contents, message_type), traffic, expected),
                                   expected)
@@ -832,8 +866,9 @@ class Driver:
             self.dropped.clear()
             self.clipped = 0
             self.discover(grid)  # nodes that joined since the last round
+            self.named.clear()
             fit = self.train_round(rnd, grid)
-            result.train_metrics_clientapp[rnd] = MetricRecord(scalars(fit))
+            result.train_metrics_clientapp[rnd] = MetricRecord({**self.named.pop("train", {}), **scalars(fit)})
             row: dict[str, Any] = {"round": rnd, **fit}
             row["train-seconds"] = time.time() - t0
             empty = empty + 1 if row.get("replies") == 0 else 0
@@ -847,6 +882,8 @@ class Driver:
                                    f"dropped replies by reason: {reasons}")
             if rnd % self.cfg.eval_every == 0 or rnd == num_rounds:
                 row.update(self.evaluate_round(rnd, grid))
+                if named := self.named.pop("evaluate", None):
+                    result.evaluate_metrics_clientapp.setdefault(rnd, MetricRecord()).update(named)
             row.update(self.server_evaluate(rnd, evaluate_fn, result))
             self.totals.update(self.traffic)
             row.update(self.traffic)

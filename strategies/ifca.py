@@ -6,7 +6,7 @@ import torch
 
 import clients.ifca
 from fedapp.core.aggregation import weighted_mean
-from fedapp.core.config import RunConfig
+from fedapp.core.config import ConfigError, RunConfig
 from fedapp.core.experiment import model_for
 from fedapp.core.records import Payload, Shared, Tensors
 from strategies.base import FedStrategy
@@ -37,7 +37,11 @@ class IFCA(FedStrategy):
     def seeded_state(self, j: int) -> Tensors:
         ds = self.dataset
         model = model_for(self.cfg.replace(seed=self.cfg.seed * 1009 + j), ds)
-        return {k: v.detach().clone() for k, v in model.state_dict().items()}
+        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        if {k: v.shape for k, v in state.items()} != {k: v.shape for k, v in self.global_state.items()}:
+            raise ConfigError(f"{type(self).__name__} draws its other cluster models from run config 'model' = "
+                              f"{self.cfg.model!r}, whose arrays differ from the initial ones: set identical_init=True")
+        return state
 
     def chosen(self) -> int:
         """How many of the k models each client averages (FLSC: N_g)."""

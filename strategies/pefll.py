@@ -76,6 +76,9 @@ class PeFLL(FedStrategy):
 
     def build_embedding(self) -> torch.nn.Module:
         ds = self.dataset
+        if ds is None:
+            raise ConfigError(f"{type(self).__name__} builds its embedding network for the data's input shape and "
+                              "classes: pass model= and dataset=")
         if self.cfg.algo("embedding") == "lstm" and ds.vocab_size != ds.num_classes:
             raise ConfigError(f"run config 'pefll.embedding' = 'lstm' reads an example's label as the next token: it "
                               f"needs next-token data (labels = the vocabulary, e.g. shakespeare), not "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from clients.scaffold import SCAFFOLD
+from clients.scaffold import SCAFFOLD as DECLARED
 from fedapp.core.records import Tensors
 from strategies.base import FedStrategy
 from strategies.driver import spec_of
@@ -21,7 +21,7 @@ def updated_control(c: Tensors, deltas: list[Tensors], num_clients: int,
     return {k: v + sum(d[k] for d in deltas) / num_clients for k, v in c.items()}
 
 
-class Scaffold(FedStrategy):
+class SCAFFOLD(FedStrategy):
     """SCAFFOLD (Karimireddy et al., ICML 2020), option II control variates.
 
     Sampled clients S receive (x, c) and reply (y_i, Delta c_i). With N training clients
@@ -33,7 +33,7 @@ class Scaffold(FedStrategy):
     Both directions carry two model-sized arrays, twice FedAvg's traffic.
     """
 
-    config_prefix, config_keys, client_keys = SCAFFOLD
+    config_prefix, config_keys, client_keys = DECLARED
     checkpoint_attrs = ("control",)
     weighted = False
 
@@ -59,4 +59,6 @@ class Scaffold(FedStrategy):
                                        len(self.driver.train_pool()), None if self.cfg.aggregation == "mean" else self.combine)
 
 
-ALGORITHMS = {"scaffold": Scaffold}
+Scaffold = SCAFFOLD  # its earlier name
+
+ALGORITHMS = {"scaffold": SCAFFOLD}

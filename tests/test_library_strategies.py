@@ -1,8 +1,12 @@
 """fedapp's strategies as a library: keyword constructors, Flower's Grid and start(), Flower's own
 strategies by name (``flwr:<Name>``)."""
 
+import inspect
+
 import pytest
 import torch
+from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
 
 from fedapp.runtime import checkpoint, preflight
 from fedapp.runtime.client_app import app as client_app
@@ -83,8 +87,10 @@ def test_keyword_constructor_reads_as_flower_s(tmp_path):
         FedSMOO(model=model, rhoo=0.2)
     with pytest.raises(ConfigError, match=r"'fedsmoo.rho' = -1.0 is invalid"):
         FedSMOO(model=model, rho=-1.0)
-    with pytest.raises(TypeError, match="needs model="):
-        FedAvg(lr=0.1)
+    with pytest.raises(ValueError, match=r"^FedAvg was built without a model, so start\(\) needs initial_arrays"):
+        FedAvg(lr=0.1).start(None)
+    with pytest.raises(TypeError, match=r"^FedAvg\(dataset=...\) is the test set .*: pass model= with it$"):
+        FedAvg(dataset=dataset(cfg))
     assert "Parameters\n----------" in FedSMOO.__doc__ and "rho : float (default: 0.1)" in FedSMOO.__doc__
 
 
@@ -144,3 +150,108 @@ def test_flower_strategy_refuses_fedapps_robust_aggregation(small_config):
     with pytest.raises(ConfigError, match=r"^run config 'aggregation' = 'median' is invalid for strategy 'flwr:FedAvg': "
                                           "a Flower strategy aggregates as Flower does it"):
         preflight.check({**small_config, "strategy": "flwr:FedAvg", "aggregation": "median"})
+
+
+def start_on_grid(strategy, run_config, client=client_app, nodes=2, **start):
+    """``strategy.start`` on an in-process grid of ``nodes`` nodes running ``client``."""
+    grid = InProcessGrid(client, nodes, run_config)
+    try:
+        return strategy.start(grid, num_rounds=1, **start)
+    finally:
+        grid.close()
+
+
+def test_strategies_construct_like_flowers(tmp_path):
+    """The papers' names from ``strategies``, built as Flower's strategies are (keyword arguments, no
+    model) and started on a grid with ``initial_arrays``: each trains those arrays, to the model the
+    same strategy built from its run config and that module gives; their signatures are Flower's base
+    keys, then the algorithm's own under the paper's names."""
+    from strategies import SCAFFOLD, FedProx, FedSMOO, Scaffold
+
+    assert SCAFFOLD is Scaffold and SCAFFOLD.__name__ == "SCAFFOLD"
+    for strategy, name, own in ((FedProx(proximal_mu=0.1), "fedprox", {"proximal-mu": 0.1}),
+                                (SCAFFOLD(), "scaffold", {}), (FedSMOO(fraction_train=0.5), "fedsmoo", {})):
+        rc = {"strategy": name, "seed": 1, "local-steps": 2, "results-dir": str(tmp_path)}
+        cfg = parse_run_config({**rc, **{f"{name}.{k}": v for k, v in own.items()}, "fraction-train":
+                                strategy.cfg.fraction_train})
+        model = model_for(cfg)
+        init = {k: v.clone() for k, v in model.state_dict().items()}
+        result = start_on_grid(strategy, rc, initial_arrays=ArrayRecord(init), train_config={"local-steps": 2})
+        final = result.arrays.to_torch_state_dict()
+        assert list(final) == list(init)
+        assert any(not torch.equal(final[k], init[k]) for k in init), name
+        reference = type(strategy)(cfg, model)
+        start_on_grid(reference, rc)
+        for k, v in reference.global_state.items():
+            assert torch.equal(final[k], v), (name, k)
+    assert FedSMOO(fraction_train=0.5).cfg.fraction_train == 0.5
+    flower = ["fraction_train", "fraction_evaluate", "min_train_nodes"]
+    prox, smoo = inspect.signature(FedProx).parameters, inspect.signature(FedSMOO).parameters
+    assert list(prox)[:4] == [*flower, "proximal_mu"] and "cfg" not in list(prox)[:4]
+    assert (prox["proximal_mu"].default, prox["proximal_mu"].annotation) == (0.01, float)
+    assert list(smoo)[:5] == [*flower, "rho", "beta"] and smoo["rho"].default == 0.1
+    assert list(inspect.signature(SCAFFOLD).parameters)[:4] == [*flower, "server_lr"]
+    assert all(p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in prox.values())
+
+
+def test_user_train_config_wins_or_is_refused(tmp_path):
+    """A setting the messages carry, given in ``start``'s train_config, wins over fedapp's default
+    (the model of lr=0.01 given as a keyword argument, not the default 0.05's); a key of the user's
+    own travels as given; fedapp's message keys and one setting given two values are refused in one
+    line naming both."""
+    rc = {"strategy": "fedavg", "seed": 1, "local-steps": 2, "results-dir": str(tmp_path)}
+    init = ArrayRecord(model_for(parse_run_config(rc)).state_dict())
+    given = FedAvg()
+    start_on_grid(given, rc, initial_arrays=init, train_config={"lr": 0.01, "local-steps": 2, "my-key": 7})
+    assert given.cfg.lr == 0.01 and given.base_config["train"] == {"my-key": 7}
+    config = given.contents("train", 1, [0])[0]["config"]
+    assert (config["lr"], config["my-key"]) == (0.01, 7)
+    keyword, default = FedAvg(lr=0.01, local_steps=2), FedAvg(local_steps=2)
+    for s in (keyword, default):
+        start_on_grid(s, rc, initial_arrays=init)
+    assert all(torch.equal(given.global_state[k], v) for k, v in keyword.global_state.items())
+    assert not all(torch.equal(given.global_state[k], v) for k, v in default.global_state.items())
+    with pytest.raises(ConfigError, match=r"^train_config\['server-round'\] = 3 clashes with fedapp's 'server-round' "):
+        start_on_grid(FedAvg(), rc, initial_arrays=init, train_config={"server-round": 3})
+    with pytest.raises(ConfigError, match=r"^train_config\['batch-size'\] = 8 and evaluate_config\['batch-size'\] = 16: "
+                                          "FedAvg runs one 'batch-size'; give it once$"):
+        start_on_grid(FedAvg(), rc, initial_arrays=init, train_config={"batch-size": 8},
+                      evaluate_config={"batch-size": 16})
+    with pytest.raises(ConfigError, match=r"'lr' = -1.0 is invalid"):
+        start_on_grid(FedAvg(), rc, initial_arrays=init, train_config={"lr": -1.0})
+
+
+def plain_clientapp() -> ClientApp:
+    """A Flower ClientApp with metric names of its own: node i (partition i) trains nothing, reports
+    train_loss 1 + i over 10 (i + 1) examples and eval_acc 0.5 + 0.1 i, eval_loss 2 - i."""
+    app = ClientApp()
+
+    def metrics(context, **values):
+        i = context.node_config["partition-id"]
+        return MetricRecord({**{k: v(i) for k, v in values.items()}, "num-examples": 10 * (i + 1)})
+
+    @app.train()
+    def train(msg, context):
+        content = RecordDict({"arrays": msg.content["arrays"], "metrics": metrics(context, train_loss=lambda i: 1.0 + i)})
+        return Message(content=content, reply_to=msg)
+
+    @app.evaluate()
+    def evaluate(msg, context):
+        m = metrics(context, eval_acc=lambda i: 0.5 + 0.1 * i, eval_loss=lambda i: 2.0 - i)
+        return Message(content=RecordDict({"metrics": m}), reply_to=msg)
+
+    return app
+
+
+def test_user_metric_names_come_back_as_named(tmp_path):
+    """Flower's Result holds the clients' metrics under their own names, weighted by num-examples as
+    Flower's aggregation does (10 and 20 examples), beside fedapp's pooled fed-* metrics."""
+    rc = {"strategy": "fedavg", "seed": 1, "results-dir": str(tmp_path)}
+    result = start_on_grid(FedAvg(), rc, client=plain_clientapp(),
+                           initial_arrays=ArrayRecord({"w": torch.zeros(3)}))
+    evaluated, trained = result.evaluate_metrics_clientapp[1], result.train_metrics_clientapp[1]
+    assert evaluated["eval_acc"] == pytest.approx((0.5 * 10 + 0.6 * 20) / 30)
+    assert evaluated["eval_loss"] == pytest.approx((2.0 * 10 + 1.0 * 20) / 30)
+    assert evaluated["fed-accuracy"] == pytest.approx(evaluated["eval_acc"])
+    assert trained["train_loss"] == pytest.approx((1.0 * 10 + 2.0 * 20) / 30)
+    assert "accuracy" not in evaluated and "train-loss" in trained

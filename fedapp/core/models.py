@@ -288,6 +288,12 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, vo
     model = build(tuple(input_shape), num_classes, **text)
     if not isinstance(model, nn.Module):
         raise ValueError(f"{name!r} returned a {type(model).__name__}, not a torch.nn.Module")
+    return declare_head(model, head_modules)
+
+
+def declare_head(model: nn.Module, head_modules: str) -> nn.Module:
+    """``model`` with its head declared as run config ``head-modules`` names it (comma-separated
+    module names; '' leaves the model's own declaration)."""
     if head_modules:
         model.head_modules = tuple(m.strip() for m in head_modules.split(",") if m.strip())
     return model
@@ -340,6 +346,31 @@ def layer_groups(model: nn.Module) -> list[list[str]]:
         elif keys:
             groups.append(list(keys))
     return groups
+
+
+#: state_dict entries of torch's norm layers that are buffers (running statistics), not parameters
+_NORM_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
+
+
+def module_of(state: dict[str, torch.Tensor], head_modules: str = "") -> nn.Module:
+    """A module whose state_dict is ``state``, under the same dotted names, its head declared by
+    ``head_modules``: the structure a strategy built without a model reads from Flower's
+    ``initial_arrays``. Every floating-point entry is taken as a parameter but norm layers' running
+    statistics; the rest are buffers. It has no forward: a module whose parameters are otherwise, or
+    whose kinds of layers matter, is passed as ``model=``."""
+    root = nn.Module()
+    for key, value in state.items():
+        *path, name = key.split(".")
+        module = root
+        for part in path:
+            if not hasattr(module, part):
+                module.add_module(part, nn.Module())
+            module = getattr(module, part)
+        if value.is_floating_point() and name not in _NORM_BUFFERS:
+            module.register_parameter(name, nn.Parameter(value.detach().clone(), requires_grad=False))
+        else:
+            module.register_buffer(name, value.detach().clone())
+    return declare_head(root, head_modules)
 
 
 def is_builtin(model: nn.Module) -> bool:

@@ -7,7 +7,7 @@ from flwr.serverapp import Grid, ServerApp
 from torch import nn
 
 from fedapp.runtime import library
-from strategies.fedsmoo import FedSMOO
+from strategies import FedSMOO
 
 
 def Net():
@@ -27,12 +27,11 @@ server = ServerApp()
 @server.main()
 def main(grid: Grid, context: Context) -> None:
     torch.manual_seed(0)
-    model = Net()
-    strategy = FedSMOO(model=model, rho=0.05, beta=100.0, lr=0.1, local_steps=10, num_clients=2)
-    result = strategy.start(grid, initial_arrays=ArrayRecord(model.state_dict()),
+    strategy = FedSMOO(rho=0.05, beta=100.0, lr=0.1, local_steps=10, num_clients=2)
+    result = strategy.start(grid, initial_arrays=ArrayRecord(Net().state_dict()),
                             num_rounds=context.run_config["num-server-rounds"])
     last = max(result.evaluate_metrics_clientapp)
-    print(f"round {last}: federated accuracy {result.evaluate_metrics_clientapp[last]['fed-accuracy']:.3f}")
+    print(f"round {last}: federated accuracy {result.evaluate_metrics_clientapp[last]['accuracy']:.3f}")
     torch.save(result.arrays.to_torch_state_dict(), context.run_config["out"])
 
 
