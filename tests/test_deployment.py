@@ -332,8 +332,9 @@ def test_resume_after_superlink_kill_is_exact(federation, tmp_path, strategy):
     status = federation.wait_finished(run_id, results, 3)
     assert status["status"] == "finished:completed", (status, federation.log("superlink")[-3000:])
     # Flower's SuperExec reaps a finished ClientApp process when it starts the next one: after the run,
-    # the last one (the end-of-run message's) may wait, and nothing piles up
-    assert all(len(zombies(federation, site)) <= 1 for site in SITES)
+    # the last one (the end-of-run message's) may wait, and nothing piles up; at site A also the killed
+    # run's frozen ClientApp where, on a loaded machine, it ended after the resumed run's last one started
+    assert [len(zombies(federation, site)) <= (2 if site == "site-a" else 1) for site in SITES] == [True] * len(SITES)
 
     cfg = parse_run_config({**BASE, **overrides, "results-dir": str(tmp_path / "reference")})
     grid = InProcessGrid(app, 2, cfg.as_dict())

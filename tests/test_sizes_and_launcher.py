@@ -90,6 +90,14 @@ def test_synthetic_memory_estimate_is_the_generators():
     assert synthetic_bytes(1000) == int(1000 * synthetic_mean_size() * 1232)
 
 
+def argv(pid: int) -> list[bytes]:
+    """The process's command line, or [] where it has ended (a short-lived `flwr` command may)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        return []
+
+
 def started(pid: int) -> str | None:
     """The start time of process ``pid`` (so a reused pid is not taken for it); None once it is gone
     or a zombie (it ran to its end; only its parent's wait is missing)."""
@@ -123,8 +131,7 @@ def test_launcher_processes_die_with_it(tmp_path):
         procs = {pid: args for pid, _, args in _processes() if pid in set(launched_processes(home, token)) | set(children)}
         assert any("flower-superlink" in a for a in procs.values()) and any("flower-superexec" in a for a in procs.values())
         assert any(" log " in a and a.endswith("--stream") for a in procs.values())  # `flwr log <id> local --stream`
-        assert sum(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-c", Reaper.CODE.encode()]
-                   for pid in procs) == 1
+        assert sum(argv(pid)[1:3] == [b"-c", Reaper.CODE.encode()] for pid in procs) == 1
         alive = {pid: started(pid) for pid in procs}
     finally:
         launcher.kill()
