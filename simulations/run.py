@@ -208,8 +208,11 @@ def paper_report(paper: str):
                               for name in ("summarize", "table", "curves")})
 
 
-def execute(runs: list[tuple[str, str, dict]], out: Path, summarize, jobs: int = 1, child: list[str] | None = None):
-    """Run ``runs`` (name, method, config) into ``out``, each adding its row to ``out/summary.json``.
+def execute(runs: list[tuple[str, str, dict]], out: Path, summarize, jobs: int = 1, child: list[str] | None = None,
+            measure=None):
+    """Run ``runs`` (name, method, config) into ``out``, each adding its row to ``out/summary.json``;
+    ``measure(run folder, config)``: fields measured on a finished run's saved model, added to its last
+    round's row before ``summarize`` reads the history.
 
     Every config is checked, and every name already in the summary compared with its settings, before
     the first run starts; finished runs are skipped and a stopped one resumes from its checkpoint.
@@ -263,7 +266,10 @@ def execute(runs: list[tuple[str, str, dict]], out: Path, summarize, jobs: int =
         except RuntimeError as err:  # a run stopped as failed (no valid reply): its row says why
             row |= {"seconds": round(time.time() - t0, 1), "value": None, "failed": str(err).splitlines()[0]}
         else:
-            row |= {"seconds": round(time.time() - t0, 1), **summarize(strategy.history, config)}
+            history = strategy.history
+            if measure is not None:
+                history = [*history[:-1], {**history[-1], **measure(out / name, config)}]
+            row |= {"seconds": round(time.time() - t0, 1), **summarize(history, config)}
         row["config"] = settings(config)
         print(json.dumps({k: v for k, v in row.items() if k not in ("curve", "config")}), flush=True)
         add_row(summary_file, row)
@@ -320,7 +326,9 @@ def table_main(argv: list[str]) -> None:
         child = [args.paper, args.table, "--column", cid, "--scale", args.scale, "--out", str(root),
                  *(["--seeds", *map(str, args.seeds)] if args.seeds else []),
                  *(["--set", *args.set] if args.set else [])]
-        execute(runs, out, lambda history, config: tables.summarize(table, history), args.jobs, child)
+        measure = None if table.measure is None else (
+            lambda folder, config, scale=args.scale: table.measure(folder, config, scale))
+        execute(runs, out, lambda history, config: tables.summarize(table, history), args.jobs, child, measure)
         if args.only:
             continue
         rows = json.loads((out / "summary.json").read_text())

@@ -106,7 +106,8 @@ class Table:
     run-config file relative to the paper's folder); ``seeds`` the default seeds per scale; ``smoke``
     the keys layered on the cpu setting to make the smoke scale (the same pipeline in seconds);
     ``extra(history)`` more fields kept in each run's summary row; ``paper_seeds`` how many seeds the
-    paper's numbers average."""
+    paper's numbers average; ``measure(run folder, run config, scale)`` fields measured on a finished run's
+    saved model (``model.pt``), added to its last round's row before the metrics read it."""
 
     title: str
     metric: Metric
@@ -117,6 +118,7 @@ class Table:
     paper_seeds: int | None = None
     extra: Callable[[list[dict]], dict] | None = None
     more: Mapping[str, Metric] = field(default_factory=dict)
+    measure: Callable[[Path, dict, str], dict] | None = None
 
     def metric_of(self, name: str | None) -> Metric:
         return self.metric if name is None else self.more[name]
@@ -507,6 +509,8 @@ def plot(res: Results, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     metric = res.table.metric
+    if res.table.measure is not None:  # measures of the final model: no curve to draw
+        return plot_measures(res, path)
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for i, m in enumerate(res.table.methods):
         curves = [r["curve"] for r in res.rows if r["method"] == m and r.get("curve")]
@@ -522,6 +526,33 @@ def plot(res: Results, path: Path) -> None:
     ax.set_title(f"{res.paper.name} {res.table_id}: {res.column.label} ({res.scale})", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
+    save_figure(fig, path)
+
+
+def plot_measures(res: Results, path: Path) -> None:
+    """A table of measures of the final model (``Table.measure``): one panel a metric, one bar a method (the
+    mean over seeds, each seed a dot)."""
+    import matplotlib.pyplot as plt
+
+    names = [None, *res.table.more]
+    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3.6), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        metric = res.table.metric_of(name)
+        for i, m in enumerate(res.table.methods):
+            vals = [v * metric.show for v in res.values(m, metric=name).values()]
+            if vals:
+                ax.bar(i, statistics.fmean(vals), color=f"C{i % 10}", alpha=0.7)
+                ax.plot([i] * len(vals), vals, "k.", markersize=4)
+        ax.set_xticks(range(len(res.table.methods)), list(res.table.methods), fontsize=8)
+        ax.set_ylabel(metric.label, fontsize=8)
+        ax.grid(alpha=0.3, axis="y")
+    fig.suptitle(f"{res.paper.name} {res.table_id}: {res.column.label} ({res.scale})", fontsize=9)
+    save_figure(fig, path)
+
+
+def save_figure(fig, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100, metadata={"Software": None})

@@ -33,8 +33,27 @@ def smoke_command(paper: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("paper", tables.PAPERS)
 def test_table_commands_smoke(paper, tmp_path):
-    argv = smoke_command(paper)
-    table_id, column = argv[1], argv[3]
+    check_smoke(smoke_command(paper), tmp_path)
+
+
+# The table commands after each page's first (its smoke command above), as the pages give them
+MORE_SMOKE = ["fedsmoo table2 --column cifar10-dir0.1-10pct --scale smoke"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", MORE_SMOKE)
+def test_more_table_commands_smoke(command, tmp_path):
+    paper = command.split()[0]
+    assert f"python -m simulations.run {command}" in (ROOT / "simulations" / paper / "README.md").read_text()
+    rows = check_smoke(command.split(), tmp_path)
+    if command.startswith("fedsmoo table2"):  # the final model's curvature: a positive top eigenvalue and trace
+        assert all(r["value"] > 0 and r["more"]["trace"] > 0 and r["curve"] == [[1, r["value"]]] for r in rows)
+
+
+def check_smoke(argv: list[str], tmp_path: Path) -> list[dict]:
+    """Run one table command at the smoke scale into ``tmp_path`` (skipped where its data is absent); check its
+    rows, table, plot and claims."""
+    paper, table_id, column = argv[0], argv[1], argv[3]
     declared = tables.load(paper)
     planned = table_plan(declared, table_id, column, "smoke", SimpleNamespace(seeds=None, methods=None, set=[]))
     for _, _, cfg in planned:
@@ -47,7 +66,8 @@ def test_table_commands_smoke(paper, tmp_path):
     out = tmp_path / column / "smoke"
     rows = json.loads((out / "summary.json").read_text())
     seeds = table.seeds.get("smoke") or table.seeds["cpu"]
-    assert sorted((r["method"], r["seed"]) for r in rows) == sorted((m, s) for m in table.methods for s in seeds)
+    methods = argv[argv.index("--methods") + 1:] if "--methods" in argv else list(table.methods)
+    assert sorted((r["method"], r["seed"]) for r in rows) == sorted((m, s) for m in methods for s in seeds)
     assert all(isinstance(r["value"], float) and r["curve"] for r in rows)
     shown = (out / "table.md").read_text()
     for r in rows:  # each method's row of the table shows its run's value
@@ -59,6 +79,7 @@ def test_table_commands_smoke(paper, tmp_path):
     assert all(c["kind"] in tables.KINDS and c["holds"] is None and c["reference_holds"] is None for c in claims)
     ran = {f"{cfg['model']} on {cfg['dataset']}" for _, _, cfg in planned if "model" in cfg and "dataset" in cfg}
     assert ran and all(pair in shown.splitlines()[0] for pair in ran), shown.splitlines()[0]  # the title names them
+    return rows
 
 
 def test_claims_rebuild_byte_identical():

@@ -1,15 +1,21 @@
-"""FedSMOO (Sun et al., ICML 2023): Table 1 and the claims this folder checks.
+"""FedSMOO (Sun et al., ICML 2023): Tables 1 and 2 and the claims this folder checks.
 
 Table 1 reports the test accuracy (%) after 800 rounds of ResNet-18-GN, "calculated by 2 times", in 16
 columns: CIFAR-10 / CIFAR-100, Dirichlet u in {0.6, 0.1} and pathological c classes per client, with 10% of
 100 clients (upper part) and 5% of 200 clients (lower part) a round. Each column has its paper-scale
 setting (``paper-<dataset>-<split>-<pct>pct-of-<clients>.toml``); two CIFAR-10 columns also have a cpu scale
 (``reduced-cifar10-mlp-*.toml``: an MLP, 60 rounds, 1 local epoch).
+
+Table 2 reports the top Hessian eigenvalue and the Hessian trace of FedSAM's and FedSMOO's final global
+models on CIFAR-10, Dirichlet 0.6 and 0.1, 10% of 100 clients (Table 1's settings): each run's ``model.pt``
+measured on a fixed sample of the training data (:func:`flatness`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 from simulations.tables import Claim, Column, Metric, Paper, Results, Table, Verdict, printed
 
@@ -133,11 +139,94 @@ def ordering_claim(cid: str, claim_id: str) -> Claim:
                       f"--config simulations/fedsmoo/{col.settings['cpu']}")
 
 
+# Table 2's Hessian measures: how many training examples (a fixed sample drawn with the run's seed), power
+# iterations and Hutchinson probes; the smoke scale the pipeline in seconds
+HESSIAN = {"paper": (5000, 20, 20), "cpu": (5000, 20, 20), "smoke": (200, 3, 2)}
+
+
+def flatness(folder: Path, config: dict, scale: str) -> dict:
+    """The top Hessian eigenvalue and the Hessian trace of the run's final global model (``model.pt``) for
+    the mean cross-entropy on a sample of the training data (``HESSIAN``: its size, the power iterations
+    and the probes), and the seconds the measure took."""
+    import torch
+
+    from fedapp.core import hessian
+    from fedapp.core.data.loader import prepare
+    from fedapp.core.experiment import dataset, model_for
+    from fedapp.runtime.registry import parse_run_config
+
+    t0 = time.time()
+    examples, iters, probes = HESSIAN[scale]
+    cfg = parse_run_config(config)
+    ds = dataset(cfg)
+    model = model_for(cfg, ds)
+    model.load_state_dict(torch.load(folder / "model.pt", weights_only=True))
+    model.eval()
+    pick = torch.randperm(len(ds.train_y), generator=torch.Generator().manual_seed(cfg.seed))[:examples]
+    batches = [(prepare(ds.train_x[i], ds.mean, ds.std), ds.train_y[i].long()) for i in pick.split(500)]
+    return {"hessian-top": hessian.top_eigenvalue(model, batches, iters=iters, seed=cfg.seed),
+            "hessian-trace": hessian.trace(model, batches, probes=probes, seed=cfg.seed),
+            "hessian-seconds": round(time.time() - t0, 1)}
+
+
+# Table 2 as the paper prints it: FedSAM then FedSMOO, Dirichlet 0.6 then 0.1 (its first row, the clients'
+# divergence from the global model, is not measured here)
+TABLE2_PAPER = {"top": {"fedsam": ("142.65", "177.18"), "fedsmoo": ("91.46", "107.44")},
+                "trace": {"fedsam": ("3104.1", "3842.3"), "fedsmoo": ("1783.3", "2689.4")}}
+TABLE2_COLUMNS = {"cifar10-dir0.6-10pct": "reduced-cifar10-mlp-dir0.6-10pct-of-100.toml",
+                  "cifar10-dir0.1-10pct": REDUCED["cifar10-dir0.1-10pct"]}
+
+
+def table2_column(i: int, cid: str, cpu: str) -> Column:
+    return Column(TABLE1.columns[cid].label, {"paper": TABLE1.columns[cid].settings["paper"], "cpu": cpu},
+                  paper={m: v[i] for m, v in TABLE2_PAPER["top"].items()},
+                  paper_more={"trace": {m: v[i] for m, v in TABLE2_PAPER["trace"].items()}})
+
+
+TABLE2 = Table(
+    title="Table 2, top Hessian eigenvalue and Hessian trace of the final global model",
+    metric=Metric("hessian-top", "top Hessian eigenvalue", higher=False, show=1.0),
+    methods={m: METHODS[m] for m in ("fedsam", "fedsmoo")},
+    columns={cid: table2_column(i, cid, cpu) for i, (cid, cpu) in enumerate(TABLE2_COLUMNS.items())},
+    seeds={"paper": [20, 21], "cpu": [20, 21], "smoke": [20]},
+    smoke=TABLE1.smoke,
+    extra=lambda history: {"hessian-seconds": history[-1].get("hessian-seconds"),
+                           "central-accuracy": history[-1].get("central-accuracy")},
+    more={"trace": Metric("hessian-trace", "Hessian trace", higher=False, show=1.0)},
+    measure=flatness,
+)
+
+
+def flatter(a: str, b: str) -> Callable[[Results], Verdict]:
+    """``a``'s final model has both a lower mean top Hessian eigenvalue and a lower mean trace than ``b``'s,
+    on the seeds both ran."""
+    def check(res: Results) -> Verdict:
+        seeds = res.seeds(a, b)
+        if not seeds:
+            return Verdict(False, {}, f"no seed on which both {a} and {b} ran")
+        ours = {f"{m} {k or 'top'}": round(res.mean(m, seeds, metric=k), 2) for k in (None, "trace") for m in (a, b)}
+        lower = [ours[f"{a} {k}"] < ours[f"{b} {k}"] for k in ("top", "trace")]
+        return Verdict(all(lower), ours, f"{a} lower than {b}: top eigenvalue {lower[0]}, trace {lower[1]}")
+    return check
+
+
+def flatter_claim(cid: str) -> Claim:
+    col = TABLE2.columns[cid]
+    return Claim(
+        f"table2-flatter-{cid.split('-')[1]}", "learning",
+        f"FedSMOO's final global model is flatter than FedSAM's: a lower top Hessian eigenvalue and a lower "
+        f"Hessian trace (Table 2, {col.label}, ResNet-18-GN); here at the cpu scale (an MLP, 60 rounds); holds "
+        f"when both of ours are lower.",
+        flatter("fedsmoo", "fedsam"), "table2", cid,
+        paper={"top": dict(col.paper), "trace": dict(col.paper_more["trace"])})
+
+
 PAPER = Paper(
     name="fedsmoo",
     title="FedSMOO",
     link="https://proceedings.mlr.press/v202/sun23h.html",
-    tables={"table1": TABLE1},
+    tables={"table1": TABLE1, "table2": TABLE2},
     claims=[ordering_claim("cifar10-dir0.1-10pct", "table1-ordering"),
-            ordering_claim("cifar10-path3-10pct", "table1-ordering-path3")],
+            ordering_claim("cifar10-path3-10pct", "table1-ordering-path3"),
+            *(flatter_claim(cid) for cid in TABLE2_COLUMNS)],
 )
