@@ -127,7 +127,7 @@ def logged_rounds(tracker: str, folder: Path) -> tuple[dict[int, dict[str, float
     if tracker == "mlflow":
         from mlflow.tracking import MlflowClient
 
-        client = MlflowClient(f"sqlite:///{folder.parent / 'mlflow.db'}")
+        client = MlflowClient(f"sqlite:///{folder.parent / '.mlflow' / 'mlflow.db'}")
         (run,) = client.search_runs([client.get_experiment_by_name("fedapp").experiment_id])  # one run
         assert run.info.run_name == folder.name and run.info.status == "FINISHED"
         rounds: dict[int, dict[str, float]] = {}
@@ -155,7 +155,7 @@ def logged_rounds(tracker: str, folder: Path) -> tuple[dict[int, dict[str, float
 
 @pytest.mark.parametrize("tracker", ["mlflow", "wandb"])
 def test_mlflow_and_wandb_offline(tracker, user_package, tmp_path, monkeypatch):
-    """``tracking``: MLflow's local store (results-dir/mlflow.db) and W&B's offline mode hold every
+    """``tracking``: MLflow's local store (results-dir/.mlflow/mlflow.db) and W&B's offline mode hold every
     round's numbers as the rows have them, at step = round, the run config, and the model files."""
     pytest.importorskip(tracker, reason=f"the {tracker} extra is not installed (pip install -e '.[{tracker}]')")
     for var in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "WANDB_DIR", "WANDB_PROJECT"):
@@ -171,6 +171,8 @@ def test_mlflow_and_wandb_offline(tracker, user_package, tmp_path, monkeypatch):
     assert rounds[2]["central-accuracy"] == strategy.history[-1]["central-accuracy"]
     assert str(params["lr"]) == "0.5" and params["model"] == "mynet:build" and params["tracking"] == tracker
     assert sorted(files) == ["best-model.pt", "model.pt"]
+    # the tracker's own files stay hidden: `compare results/*` names the run folders only
+    assert [p.name for p in (tmp_path / "results").iterdir() if not p.name.startswith(".")] == ["r"]
 
 
 def test_a_resumed_run_logs_on_into_its_mlflow_run(user_package, tmp_path, monkeypatch):

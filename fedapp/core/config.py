@@ -196,7 +196,7 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("tensorboard", bool, False, "Also log every round's metrics for TensorBoard under the run folder's "
         "tensorboard/ (needs the tensorboard extra: pip install -e '.[tensorboard]')."),
     Key("tracking", str, "none", "Also log every round's row, the run config and the final model to an experiment "
-        "tracker: mlflow (extra mlflow; MLFLOW_TRACKING_URI, else results-dir/mlflow.db) or wandb (extra wandb; "
+        "tracker: mlflow (extra mlflow; MLFLOW_TRACKING_URI, else results-dir/.mlflow/mlflow.db) or wandb (extra wandb; "
         "WANDB_PROJECT, WANDB_MODE=offline as W&B reads them).", ("none", "mlflow", "wandb")),
     Key("state-memory-mb", float, 2048.0, "Memory for all clients' persistent state: a client whose state times num-clients exceeds it keeps it on disk (0: never).", low=0.0),
     Key("state-spill-dir", str, "", "Directory for spilled client state; '' is fedapp-state under the system's temp dir."),

@@ -65,8 +65,8 @@ class TensorBoard(Tracker):
 
 class MLflow(Tracker):
     """An MLflow run: the tracking store MLflow's ``MLFLOW_TRACKING_URI`` names (a tracking server
-    or a local store), else the local store ``results-dir/mlflow.db`` with the files in
-    ``results-dir/mlartifacts``; the experiment ``MLFLOW_EXPERIMENT_NAME``, else ``fedapp``. The run
+    or a local store), else the local store ``results-dir/.mlflow/mlflow.db`` with the files in
+    ``results-dir/.mlflow/artifacts`` (hidden, so that ``results-dir/*`` names run folders only); the experiment ``MLFLOW_EXPERIMENT_NAME``, else ``fedapp``. The run
     config becomes the run's parameters, each round's row its metrics at step = round, the model
     files its artifacts."""
 
@@ -76,12 +76,14 @@ class MLflow(Tracker):
         from mlflow.tracking import MlflowClient
 
         uri = os.environ.get("MLFLOW_TRACKING_URI")
-        results = Path(cfg.results_dir).expanduser().resolve()
-        self.client = client = MlflowClient(uri or f"sqlite:///{results / 'mlflow.db'}")
+        store = Path(cfg.results_dir).expanduser().resolve() / ".mlflow"
+        if not uri:
+            store.mkdir(parents=True, exist_ok=True)
+        self.client = client = MlflowClient(uri or f"sqlite:///{store / 'mlflow.db'}")
         experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME", "fedapp")
         if (found := client.get_experiment_by_name(experiment)) is None:
             try:
-                client.create_experiment(experiment, None if uri else (results / "mlartifacts").as_uri())
+                client.create_experiment(experiment, None if uri else (store / "artifacts").as_uri())
             except MlflowException:  # another run created it meanwhile
                 pass
             found = client.get_experiment_by_name(experiment)
