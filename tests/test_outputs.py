@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -106,6 +107,8 @@ def wandb_records(path: Path):
     from wandb.proto import wandb_internal_pb2
 
     data, block = path.read_bytes(), 32768
+    if len(data) < 7:  # not yet written
+        return
     assert data[:4] == b":W&B"
     pos, chunks = 7, b""
     while pos + 7 <= len(data):
@@ -113,6 +116,8 @@ def wandb_records(path: Path):
             pos += block - pos % block
             continue
         _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind == 0 or pos + 7 + length > len(data):  # the writer is still at work here
+            return
         chunks += data[pos + 7:pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):  # a whole record, or the last part of one
@@ -136,6 +141,13 @@ def logged_rounds(tracker: str, folder: Path) -> tuple[dict[int, dict[str, float
                 rounds.setdefault(m.step, {})[key] = m.value
         return rounds, run.data.params, [a.path for a in client.list_artifacts(run.info.run_id)]
     (log,) = folder.glob("wandb/offline-run-*/run-*.wandb")
+    # W&B's service process writes the log on its own time: ``finish`` may return before it has
+    # written the run's ``exit`` record, on a loaded machine by seconds
+    deadline = time.time() + 60
+    while "exit" not in (kinds := [r.WhichOneof("record_type") for r in wandb_records(log)]) \
+            and time.time() < deadline:
+        time.sleep(0.5)
+    assert "exit" in kinds, f"W&B's log {log.name} has no exit record after 60 s: {kinds}"
     rounds, config, files = {}, {}, []
 
     def values(items) -> dict:  # W&B keeps a key in ``key`` or, as a path, in ``nested_key``
