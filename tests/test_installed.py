@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from fedapp.__main__ import list_algorithms
 from fedapp.runtime.appdir import flat
@@ -70,13 +71,35 @@ def test_wheel_installs_packages_and_command(installed, tmp_path):
     assert table == {**defaults(), "app-dir": str(tmp_path / "myapp")}
 
 
+#: the commands the docs give for the installed path, as the tests run them (the wheel: built and installed
+#: offline by ``installed``; ``new_app`` and ``test_new_app_runs_from_its_folder`` the others, from the folder above)
+COMMANDS = ["pip install '.[simulation]'", "fedapp new myapp", "fedapp run myapp", "flwr run myapp --stream"]
+MODEL = """import torch
+
+
+def build(input_shape, num_classes):
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(input_shape[0], num_classes))
+"""
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/flower-library.md"])
+def test_docs_show_the_installed_path_first(page):
+    text = (ROOT / page).read_text()
+    first = text.index(COMMANDS[0])
+    block = text[first:text.index("\n\n", first)].replace("```", "").splitlines()
+    assert [line.split("#")[0].strip() for line in block if line.strip()] == COMMANDS
+    assert first < text.index("bash scripts/")  # the checkout's path second
+
+
 @pytest.fixture(scope="module")
 def new_app(tmp_path_factory) -> Path:
-    """`fedapp new myapp`, with a CSV dataset of 240 rows in its folder's data/: 4 features, labels named
-    by strings and learnable (the argmax of a fixed linear map)."""
+    """`fedapp new myapp`, with a model of its own (package mynet) and a CSV dataset of 240 rows in its
+    folder's data/: 4 features, labels named by strings and learnable (the argmax of a fixed linear map)."""
     tmp = tmp_path_factory.mktemp("user")
     subprocess.run([str(BIN / "fedapp"), "new", "myapp"], cwd=tmp, check=True, capture_output=True)
     app = tmp / "myapp"
+    (app / "mynet").mkdir()
+    (app / "mynet" / "__init__.py").write_text(MODEL)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(240, 4))
     labels = np.array(["fern", "moss", "oak"])[np.argmax(x @ rng.normal(size=(4, 3)), axis=1)]
@@ -89,7 +112,8 @@ def new_app(tmp_path_factory) -> Path:
 
 
 #: relative paths, which must be read in the app's folder wherever the run's processes are started
-RUN = "dataset='table' data-dir='data' partition='iid' num-server-rounds=1 local-steps=5 results-dir='out'"
+RUN = ("dataset='table' data-dir='data' partition='iid' model='mynet:build' num-server-rounds=1 local-steps=5 "
+       "results-dir='out'")
 
 
 def assert_run_in_app_folder(app: Path, name: str) -> None:
@@ -102,13 +126,15 @@ def assert_run_in_app_folder(app: Path, name: str) -> None:
     # the two clients hold the training rows, by the CSV's own labels (the rest is the global test split)
     assert len(counts) == 2 and {"class-fern", "class-moss", "class-oak"} <= set(counts[0])
     assert 150 <= sum(int(c["total"]) for c in counts) < 240
+    # the app's own model: one linear layer, 4 features to 3 classes
+    state = torch.load(app / "out" / name / "model.pt", weights_only=True)
+    assert {k: tuple(v.shape) for k, v in state.items()} == {"1.weight": (3, 4), "1.bias": (3,)}
 
 
 @pytest.mark.slow
 def test_new_app_runs_from_its_folder(new_app, tmp_path):
-    elsewhere = tmp_path / "elsewhere"  # neither the app's folder nor the checkout
-    elsewhere.mkdir()
-    done = subprocess.run([str(BIN / "fedapp"), "run", str(new_app), "--run-config", f"{RUN} run-name='mine'"],
+    elsewhere = new_app.parent  # where `fedapp new myapp` ran: neither the app's folder nor the checkout
+    done = subprocess.run([str(BIN / "fedapp"), "run", "myapp", "--run-config", f"{RUN} run-name='mine'"],
                           cwd=elsewhere, env=clean_env(), capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "finished:completed" in done.stdout.splitlines()[-1]
@@ -118,7 +144,7 @@ def test_new_app_runs_from_its_folder(new_app, tmp_path):
     home = tmp_path / "flwr-home"
     env = {**flwr_env(home, free_port_base()), "PYTHONPATH": ""}
     try:
-        plain = subprocess.run([str(BIN / "flwr"), "run", str(new_app), "--stream", "--run-config",
+        plain = subprocess.run([str(BIN / "flwr"), "run", "myapp", "--stream", "--run-config",
                                 f"{RUN} run-name='plain'"], cwd=elsewhere, env=env, capture_output=True, text=True,
                                timeout=400)
     finally:
@@ -127,5 +153,6 @@ def test_new_app_runs_from_its_folder(new_app, tmp_path):
     assert_run_in_app_folder(new_app, "plain")
     assert launched_processes(home) == []
     # nothing of either run in the folders they were started from, or in the app's sources
-    assert sorted(p.name for p in elsewhere.iterdir()) == []
-    assert sorted(p.name for p in new_app.iterdir()) == [".gitignore", "data", "out", "pyproject.toml"]
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["myapp"]
+    assert sorted(p.name for p in new_app.iterdir()) == [".gitignore", "data", "mynet", "out", "pyproject.toml"]
+    assert sorted(p.name for p in (new_app / "mynet").iterdir()) == ["__init__.py"]  # no __pycache__ either

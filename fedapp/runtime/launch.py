@@ -129,11 +129,14 @@ def check_app(app: Path, run_config: dict):
     from fedapp.core.experiment import release_data
     from fedapp.runtime.preflight import check as preflight
 
+    # no __pycache__ left in the app's sources
     sys.path.insert(0, str(app))
+    bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
     try:
         cfg = preflight(run_config, base=app)
     finally:
         sys.path.remove(str(app))
+        sys.dont_write_bytecode = bytecode
     release_data()  # the check's dataset: this process waits out the run and never trains
     return cfg
 
