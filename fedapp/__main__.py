@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fedapp.runtime.results import ACCURACIES  # in order of preference: a run's headline metric is the first it has
 
 
 def first_line(doc: str | None) -> str:
@@ -44,6 +43,10 @@ def load_run(folder: Path) -> dict[str, Any]:
 
 
 def summary(folder: Path, doc: dict[str, Any]) -> dict[str, Any]:
+    # in order of preference: a run's headline metric is the first it has (imported here: `fedapp run`
+    # starts its SuperLink before torch and Flower are imported)
+    from fedapp.runtime.results import ACCURACIES
+
     rows, cfg = doc["rounds"], doc["config"]
     last = rows[-1] if rows else {}
     out = {"run": folder.name, "strategy": cfg.get("strategy"), "dataset": cfg.get("dataset"),
@@ -71,7 +74,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def compare(folders: list[Path], plot_path: Path, out=sys.stdout) -> list[dict[str, Any]]:
     """Print one table of the runs and draw their accuracy against rounds and traffic."""
-    from fedapp.runtime.results import plot_series  # matplotlib only when plotting
+    from fedapp.runtime.results import ACCURACIES, plot_series  # matplotlib only when plotting
 
     docs = [load_run(f) for f in folders]
     rows = [summary(f, d) for f, d in zip(folders, docs)]
