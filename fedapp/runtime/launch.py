@@ -174,7 +174,8 @@ class Launch:
         if check and serves_fedapp(self.components):
             from fedapp.runtime.results import run_name
 
-            cfg = check_app(self.app, merged)
+            # an app without the key runs in its folder (the SuperLink's): the check reads its paths there too
+            cfg = check_app(self.app, {**merged, "app-dir": merged.get("app-dir") or str(self.app)})
             if "run-name" in self.table:  # the time of the launch, not of the run's start
                 overrides.setdefault("run-name", run_name(cfg))
         return overrides, merged
