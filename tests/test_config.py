@@ -110,8 +110,8 @@ def test_relative_paths_read_from_app_dir():
     paths = {"data-dir": "data", "results-dir": "/abs/results", "resume-from": "~/run", "state-spill-dir": "",
              "site-keys": "keys/sites.toml"}
     for side in ("server", "client"):
-        cfg = parse_run_config({**paths, "app-dir": "/home/me/myapp"}, side=side)
+        cfg = parse_run_config({**paths, "app-dir": "/srv/apps/myapp"}, side=side)
         assert (cfg.data_dir, cfg.results_dir, cfg.resume_from, cfg.state_spill_dir, cfg.site_keys) == (
-            "/home/me/myapp/data", "/abs/results", "~/run", "", "/home/me/myapp/keys/sites.toml")
+            "/srv/apps/myapp/data", "/abs/results", "~/run", "", "/srv/apps/myapp/keys/sites.toml")
     cfg = parse_run_config(paths)  # no app-dir: as given, read from the working directory
     assert (cfg.data_dir, cfg.site_keys) == ("data", "keys/sites.toml")
