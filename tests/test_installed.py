@@ -73,7 +73,8 @@ def test_wheel_installs_packages_and_command(installed, tmp_path):
 
 #: the commands the docs give for the installed path, as the tests run them (the wheel: built and installed
 #: offline by ``installed``; ``new_app`` and ``test_new_app_runs_from_its_folder`` the others, from the folder above)
-COMMANDS = ["pip install '.[simulation]'", "fedapp new myapp", "fedapp run myapp", "flwr run myapp --stream"]
+COMMANDS = ["pip install '.[simulation]'", "fedapp new myapp", "fedapp run myapp",
+            "export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1", "flwr run myapp --stream"]
 MODEL = """import torch
 
 
@@ -142,7 +143,7 @@ def test_new_app_runs_from_its_folder(new_app, tmp_path):
     # plain `flwr run`, started elsewhere on a fresh Flower home: its ServerApp runs where its
     # SuperLink was started, and reads the paths from the app-dir `fedapp new` recorded
     home = tmp_path / "flwr-home"
-    env = {**flwr_env(home, free_port_base()), "PYTHONPATH": ""}
+    env = {**flwr_env(home, free_port_base()), "PYTHONPATH": ""}  # offline, as the docs' export
     try:
         plain = subprocess.run([str(BIN / "flwr"), "run", "myapp", "--stream", "--run-config",
                                 f"{RUN} run-name='plain'"], cwd=elsewhere, env=env, capture_output=True, text=True,
