@@ -1,8 +1,10 @@
-"""fedapp's command line: ``python -m fedapp list`` and ``python -m fedapp compare RUN_DIR...``.
+"""fedapp's command line, ``fedapp`` (installed) or ``python -m fedapp``: ``list``, ``compare``, ``new``, ``run``.
 
 ``list`` prints every algorithm from the registry with its own run-config keys (defaults and
 one-line docs) and the common keys; ``compare`` puts several runs' results folders in one
-table and one plot (accuracy against rounds and against training traffic).
+table and one plot (accuracy against rounds and against training traffic); ``new NAME`` writes a
+Flower app folder of fedapp's ServerApp and ClientApp; ``run [APP_DIR]`` runs a Flower app folder
+on a local simulation federation of its own and cleans up (``fedapp/runtime/launch.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fedapp.runtime.results import ACCURACIES  # in order of preference: a run's headline metric is the first it has
 
 
 def first_line(doc: str | None) -> str:
@@ -42,6 +43,10 @@ def load_run(folder: Path) -> dict[str, Any]:
 
 
 def summary(folder: Path, doc: dict[str, Any]) -> dict[str, Any]:
+    # in order of preference: a run's headline metric is the first it has (imported here: `fedapp run`
+    # starts its SuperLink before torch and Flower are imported)
+    from fedapp.runtime.results import ACCURACIES
+
     rows, cfg = doc["rounds"], doc["config"]
     last = rows[-1] if rows else {}
     out = {"run": folder.name, "strategy": cfg.get("strategy"), "dataset": cfg.get("dataset"),
@@ -69,7 +74,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def compare(folders: list[Path], plot_path: Path, out=sys.stdout) -> list[dict[str, Any]]:
     """Print one table of the runs and draw their accuracy against rounds and traffic."""
-    from fedapp.runtime.results import plot_series  # matplotlib only when plotting
+    from fedapp.runtime.results import ACCURACIES, plot_series  # matplotlib only when plotting
 
     docs = [load_run(f) for f in folders]
     rows = [summary(f, d) for f, d in zip(folders, docs)]
@@ -84,18 +89,51 @@ def compare(folders: list[Path], plot_path: Path, out=sys.stdout) -> list[dict[s
     return rows
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m fedapp", description=first_line(__doc__))
+def new(path: Path, out=sys.stdout) -> Path:
+    """Write the app folder ``path`` and say how to run it."""
+    from fedapp.runtime.newapp import new_app
+
+    folder = new_app(path)
+    print(f"wrote {folder}: pyproject.toml (every run-config key with its default) and .gitignore\n"
+          f"run it: fedapp run {path}  (or: flwr run {path} --stream)", file=out)
+    return folder
+
+
+def parser() -> argparse.ArgumentParser:
+    from fedapp.runtime.launch import EPILOG, add_arguments
+
+    p = argparse.ArgumentParser(prog="fedapp", description=first_line(__doc__))
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="algorithms with their run-config keys, defaults and docs; the common keys")
     c = sub.add_parser("compare", help="one table and one plot of several runs' results folders")
     c.add_argument("runs", nargs="+", type=Path, help="results folders (results-dir/run-name)")
     c.add_argument("--plot", type=Path, default=Path("compare.png"), help="where to draw (default compare.png)")
-    a = p.parse_args(argv)
+    n = sub.add_parser("new", help="write a Flower app folder of fedapp's ServerApp and ClientApp")
+    n.add_argument("name", type=Path, help="the folder to write; its last part names the app")
+    r = sub.add_parser("run", help="run a Flower app folder on a local simulation of its own, then clean up",
+                       epilog=EPILOG)
+    r.add_argument("app", nargs="?", type=Path, default=Path("."), help="the app folder (default: this folder)")
+    add_arguments(r)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    from fedapp.core.config import ConfigError
+    from fedapp.runtime.launch import run_app
+
+    a = parser().parse_args(argv)
     if a.command == "list":
         list_algorithms()
-    else:
+    elif a.command == "compare":
         compare(a.runs, a.plot)
+    elif a.command == "run":
+        run_app(a)
+    else:
+        try:
+            new(a.name)
+        except ConfigError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
 
 
 if __name__ == "__main__":

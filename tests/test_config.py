@@ -102,3 +102,16 @@ def test_cross_key_checks_stay_on_the_server_side():
     with pytest.raises(ConfigError, match="'pefll.server-clip' = 50.0: clipping needs"):
         parse_run_config(bad)
     assert parse_run_config(bad, side="client").algo("server-clip") == 50.0
+
+
+def test_relative_paths_read_from_app_dir():
+    """`flwr run` runs the ServerApp and ClientApps where its SuperLink was started: a relative path of the
+    run config is read from ``app-dir`` (on both sides), absolute ones and '' stay as they are."""
+    paths = {"data-dir": "data", "results-dir": "/abs/results", "resume-from": "~/run", "state-spill-dir": "",
+             "site-keys": "keys/sites.toml"}
+    for side in ("server", "client"):
+        cfg = parse_run_config({**paths, "app-dir": "/srv/apps/myapp"}, side=side)
+        assert (cfg.data_dir, cfg.results_dir, cfg.resume_from, cfg.state_spill_dir, cfg.site_keys) == (
+            "/srv/apps/myapp/data", "/abs/results", "~/run", "", "/srv/apps/myapp/keys/sites.toml")
+    cfg = parse_run_config(paths)  # no app-dir: as given, read from the working directory
+    assert (cfg.data_dir, cfg.site_keys) == ("data", "keys/sites.toml")

@@ -44,6 +44,7 @@ def tree(root: Path, splits=("train", "test"), per_class=3, mode=lambda split: "
     ({"partition": "shards-halfnormal", "partition-shards": 1}, "partition-shards"),
     ({"dataset": "cifar10", "partition": "iid", "data-dir": "/nonexistent/data"}, "data-dir"),
     ({"resume-from": "/nonexistent/checkpoint.pt"}, "resume-from"),
+    ({"app-dir": "/nonexistent/myapp"}, "app-dir"),  # an app moved since `fedapp new` recorded its folder
 ])
 def test_config_error_names_its_key_in_one_line(overrides, key):
     with pytest.raises(ConfigError) as err:

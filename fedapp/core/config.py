@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -192,6 +193,9 @@ COMMON_KEYS: tuple[Key, ...] = (
         "partition is bound to the first key that claims it, for the rest of the run; without, the first node to "
         "claim a partition serves it."),
     Key("results-dir", str, "results", "Where each run writes its folder of results (absolute for deployments)."),
+    Key("app-dir", str, "", "The app's folder: a relative data-dir, results-dir, resume-from, state-spill-dir or "
+        "site-keys is read from there; '' from the working directory of the ServerApp and each ClientApp. `fedapp "
+        "new` writes the folder it makes, `fedapp run` the folder it runs."),
     Key("run-name", str, "", "Name of the run's results folder; '' makes strategy-dataset-timestamp."),
     Key("tensorboard", bool, False, "Also log every round's metrics for TensorBoard under the run folder's "
         "tensorboard/ (needs the tensorboard extra: pip install -e '.[tensorboard]')."),
@@ -290,6 +294,21 @@ class RunConfig:
         return RunConfig(values, self.prefix)
 
 
+#: the keys naming a file or folder, which a relative path reads from ``app-dir``
+PATH_KEYS = ("data-dir", "results-dir", "resume-from", "state-spill-dir", "site-keys")
+
+
+def resolve_paths(values: dict[str, Any]) -> None:
+    """Make the relative paths of ``values`` absolute under its ``app-dir``: `flwr run` runs the ServerApp
+    and the ClientApps where the local SuperLink was started, not in the app's folder."""
+    if not values.get("app-dir"):
+        return
+    base = Path(values["app-dir"]).expanduser()
+    for name in PATH_KEYS:
+        if values[name] and not Path(values[name]).expanduser().is_absolute():
+            values[name] = str(base / values[name])
+
+
 def parse_common(run_config: Mapping[str, Any], keys: Mapping[str, Key] | None = None) -> RunConfig:
     """Validate ``run_config`` (missing keys take defaults) against ``keys`` (default: the common
     keys; ``fedapp.runtime.registry.parse_run_config`` passes every algorithm's too) into a RunConfig without
@@ -308,6 +327,7 @@ def parse_common(run_config: Mapping[str, Any], keys: Mapping[str, Key] | None =
     values = {}
     for name, key in keys.items():
         values[name] = key.parse(run_config[name], name) if name in run_config else key.default
+    resolve_paths(values)
     cfg = RunConfig(values, "")
     natural = ("synthetic", "femnist", "digit5", "shakespeare")
     if values["partition"] == "natural" and values["dataset"] not in natural and not values["client-column"]:

@@ -152,6 +152,14 @@ def check_results_dir(cfg: RunConfig, base: Path | None = None) -> None:
                           f"({err.strerror or err})") from None
 
 
+def check_app_dir(cfg: RunConfig) -> None:
+    """``app-dir``, where set, is a folder here: a relative path read from a folder that is gone (an app
+    moved since `fedapp new` wrote it) would create it anew."""
+    if cfg.app_dir and not Path(cfg.app_dir).expanduser().is_dir():
+        raise ConfigError(f"run config 'app-dir' = {cfg.app_dir!r} is no folder on this machine (was the app "
+                          "moved?): set it to the app's folder, or run the app with `fedapp run`, which sets it")
+
+
 def check_aggregation(cfg: RunConfig) -> None:
     """A robust ``aggregation`` acts on every update the strategy combines; a strategy that combines
     none refuses it. Krum's settings hold for the n clients a round samples: its scores assume
@@ -238,6 +246,7 @@ def check(run_config: Mapping[str, Any], local: bool = True, base: Path | None =
     check_privacy(cfg)
     check_defence(cfg)
     warn_foreign_keys(cfg)
+    check_app_dir(cfg)
     check_results_dir(cfg, base)
     if local:
         check_device(cfg)

@@ -1,12 +1,15 @@
-"""Launch to the first round, process by process: when each process of one ``python -m fedapp.runtime.launch``
-appeared and the CPU seconds it had used when round 0's row was written (the end of discovery).
+"""Launch to the first round, process by process: ``fedapp run`` of the app ``fedapp new`` writes (its
+defaults: FedAvg, the synthetic data, 2 clients), or with ``--strategy`` one ``python -m
+fedapp.runtime.launch`` of a benchmark setting; when each process appeared, when round 0's row (the end of
+discovery and the first central evaluation) and round 1's were written, and the CPU seconds each process
+had used at round 0.
 
 Every process of a launch inherits its ``FEDAPP_LAUNCH_ID``: the launcher, ``flwr run``, ``flwr log``,
 the SuperLink, the SuperExec, the simulation process, Ray's services and workers. They are sampled
 from ``/proc`` every 0.1 s; a process that exits keeps its last sample. Prints one JSON line.
 
-    python -m simulations.bench.startup                  # FedAvg's benchmark setting at 10 clients
-    python -m simulations.bench.startup --strategy pefll
+    python -m simulations.bench.startup                      # `fedapp run` of a new app
+    python -m simulations.bench.startup --strategy fedavg    # FedAvg's benchmark setting at 10 clients
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TICK, PAGE = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
 
 #: a process's role, from its command line (first match)
-ROLES = (("from flwr.cli.app import app", "flwr run (launcher's, prewarmed)"), ("fedapp.runtime.launch", "launcher"),
+ROLES = (("from fedapp.core.compat import flwr_cli", "flwr run (launcher's, prewarmed)"),
+         ("fedapp.runtime.launch", "launcher"), ("-m fedapp run", "launcher"),
          ("flwr run", "flwr run"), ("flwr log", "flwr log"), ("flwr ls", "flwr ls"),
          ("flwr stop", "flwr stop"), ("flower-superlink", "superlink"), ("flower-superexec", "superexec"),
          ("flwr-simulation", "simulation"), ("gcs_server", "ray gcs"), ("raylet", "ray raylet"),
@@ -90,61 +94,86 @@ def sample(token: bytes, ours: dict[int, bool], seen: dict[int, dict], t0: float
     return total
 
 
-def timeline(cfg: dict, rounds: int = 1, limit: float | None = None, tree: Path = ROOT) -> dict:
-    """The launch's processes; ``limit``: stop the launch (as Ctrl-C does) after that many seconds
-    and return what was seen so far (on a busy machine a launch may take many minutes). ``tree``: the
-    checkout whose launcher and app run (another commit's, to compare)."""
-    token = uuid.uuid4().hex
-    with tempfile.TemporaryDirectory(prefix="fedapp-startup-") as tmp:
-        cfg = {**cfg, "num-server-rounds": rounds, "eval-every": rounds, "results-dir": f"{tmp}/results",
-               "run-name": "startup"}
-        rows = Path(tmp) / "results/startup/rounds.json"
-        env = {**os.environ, "FEDAPP_LAUNCH_ID": token, "PYTHONPATH": str(tree)}
-        cmd = [sys.executable, "-m", "fedapp.runtime.launch", "--run-config", run_config_str(cfg),
-               "--flwr-home", f"{tmp}/flwr-home", "--port-base", "39790"]
-        ours: dict[int, bool] = {}
-        seen: dict[int, dict] = {}
-        at_first: dict[int, float] | None = None
-        first_round = None
-        t0 = time.time()
-        err = open(Path(tmp) / "stderr", "w+")
-        proc = subprocess.Popen(cmd, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=err)
+def rows_at(path: Path | None) -> list[dict]:
+    try:
+        return json.loads(path.read_text())["rounds"] if path is not None else []
+    except (OSError, ValueError, KeyError):
+        return []
+
+
+def follow(cmd: list[str], cwd: Path, env: dict, rows_file, limit: float | None) -> dict:
+    """Run ``cmd`` (a launch whose processes inherit ``env``'s FEDAPP_LAUNCH_ID) and sample its processes
+    until it ends; ``rows_file()``: its rounds.json once there is one. ``limit``: stop it (as Ctrl-C
+    does) after that many seconds and return what was seen so far."""
+    token = env["FEDAPP_LAUNCH_ID"].encode()
+    ours: dict[int, bool] = {}
+    seen: dict[int, dict] = {}
+    at: dict[int, float] = {}  # seconds to round k's row
+    at_first: dict[int, float] | None = None
+    t0, stopped = time.time(), False
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
         ours[proc.pid] = True
-        stopped = False
         while proc.poll() is None:
             if limit is not None and not stopped and time.time() - t0 > limit:
                 proc.send_signal(signal.SIGINT)
                 stopped = True
-            sample(f"FEDAPP_LAUNCH_ID={token}".encode(), ours, seen, t0)
-            if first_round is None:
-                try:
-                    if json.loads(rows.read_text())["rounds"]:
-                        first_round = time.time() - t0
-                        at_first = {pid: row["cpu"] for pid, row in seen.items()}
-                except (OSError, ValueError, KeyError):
-                    pass
+            sample(b"FEDAPP_LAUNCH_ID=" + token, ours, seen, t0)
+            if len(at) < 2:
+                for row in rows_at(rows_file()):
+                    at.setdefault(row["round"], time.time() - t0)
+                if 0 in at and at_first is None:
+                    at_first = {pid: row["cpu"] for pid, row in seen.items()}
             time.sleep(0.1)
         wall = time.time() - t0
         err.seek(0)
         failed = err.read()[-1000:] if proc.returncode and not stopped else None
-        err.close()
     procs = sorted(({"role": r["role"], "pid": pid, "ppid": r["ppid"], "first_seen_s": round(r["first"], 2),
                      "cpu_to_first_round_s": None if at_first is None else at_first.get(pid),
                      "cpu_total_s": r["cpu"]} for pid, r in seen.items()), key=lambda r: r["first_seen_s"])
-    return {"strategy": cfg["strategy"], "clients": cfg["num-clients"], "to_first_round_s": first_round,
-            "wall_s": wall, "stopped_at_s": limit if stopped else None, "failed": failed,
+    return {"to_first_round_s": at.get(0), "to_round_1_s": at.get(1), "wall_s": wall,
+            "stopped_at_s": limit if stopped else None, "failed": failed,
             "cpu_to_first_round_s": None if at_first is None else sum(at_first.values()),
             "processes": procs, "load": os.getloadavg(), "time": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
 
 
+def timeline(cfg: dict, rounds: int = 1, limit: float | None = None, tree: Path = ROOT) -> dict:
+    """``python -m fedapp.runtime.launch`` of ``cfg`` for ``rounds`` rounds; ``tree``: the checkout whose
+    launcher and app run (another commit's, to compare)."""
+    with tempfile.TemporaryDirectory(prefix="fedapp-startup-") as tmp:
+        cfg = {**cfg, "num-server-rounds": rounds, "eval-every": rounds, "results-dir": f"{tmp}/results",
+               "run-name": "startup"}
+        env = {**os.environ, "FEDAPP_LAUNCH_ID": uuid.uuid4().hex, "PYTHONPATH": str(tree)}
+        cmd = [sys.executable, "-m", "fedapp.runtime.launch", "--run-config", run_config_str(cfg),
+               "--flwr-home", f"{tmp}/flwr-home", "--port-base", "39790"]
+        out = follow(cmd, tree, env, lambda: Path(tmp) / "results/startup/rounds.json", limit)
+    return {"strategy": cfg["strategy"], "clients": cfg["num-clients"], **out}
+
+
+def new_app_timeline(limit: float | None = None, tree: Path = ROOT) -> dict:
+    """``fedapp run APP`` of the app ``fedapp new APP`` writes, as written (its 10 rounds: the launch ends
+    soon after round 1), started from the folder above it."""
+    with tempfile.TemporaryDirectory(prefix="fedapp-startup-") as tmp:
+        env = {**os.environ, "FEDAPP_LAUNCH_ID": uuid.uuid4().hex, "PYTHONPATH": str(tree)}
+        subprocess.run([sys.executable, "-m", "fedapp", "new", "app"], cwd=tmp, env=env, check=True,
+                       capture_output=True)
+        cmd = [sys.executable, "-m", "fedapp", "run", "app"]
+        out = follow(cmd, Path(tmp), env, lambda: next(Path(tmp, "app", "results").glob("*/rounds.json"), None), limit)
+    return {"app": "fedapp new", "strategy": "fedavg", "clients": 2, **out}
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--strategy", default="fedavg", choices=sorted(SETTINGS))
-    p.add_argument("--local-steps", type=int, default=5, help="local steps of the one round (start-up is before it)")
+    p.add_argument("--strategy", choices=sorted(SETTINGS), help="a benchmark setting through python -m "
+                   "fedapp.runtime.launch (default: `fedapp run` of a new app)")
+    p.add_argument("--local-steps", type=int, default=5, help="--strategy: local steps of the one round")
     p.add_argument("--limit", type=float, help="stop the launch after this many seconds (Ctrl-C) and report so far")
     p.add_argument("--tree", type=Path, default=ROOT, help="launch the app of this checkout (default: this one)")
     p.add_argument("--out", help="also append the JSON line to this file")
     a = p.parse_args(argv)
+    if a.strategy is None:
+        emit({**new_app_timeline(limit=a.limit, tree=a.tree.resolve()), "tree": commit(a.tree)}, a.out)
+        return
     cfg = {**SETTINGS[a.strategy], "local-steps": a.local_steps}
     if a.strategy == "pefll":
         cfg["pefll.k"] = a.local_steps
