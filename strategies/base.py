@@ -35,7 +35,6 @@ from fedapp.core.data import Dataset
 from fedapp.core.experiment import round_lr, unseen_clients
 from fedapp.core.models import module_of
 from fedapp.core.records import Payload, RecordStore, Tensors, from_record, to_record
-from fedapp.core.training import evaluate
 from fedapp.runtime import registry
 from fedapp.server import loop
 from fedapp.server.discovery import ClientInfo
@@ -110,11 +109,11 @@ class FedStrategy(Strategy, metaclass=Settings):
     @property
     def clients(self) -> dict[int, ClientInfo]:
         """The discovered clients by partition id."""
-        return self.driver.clients
+        return self.driver.nodes.clients
 
     @clients.setter
     def clients(self, clients: dict[int, ClientInfo]) -> None:  # a test's or benchmark's made-up federation
-        self.driver.clients = clients
+        self.driver.nodes.clients = clients
 
     @property
     def history(self) -> list[dict[str, Any]]:
@@ -169,6 +168,7 @@ class FedStrategy(Strategy, metaclass=Settings):
         ConfigError naming the key. The preflight calls it with the built model."""
 
     def summary(self) -> None:
+        """Flower API: log the strategy's settings."""
         keys = {f"{self.config_prefix}.{k.name}": self.cfg.algo(k.name) for k in self.config_keys}
         log(INFO, "%s: %s", type(self).__name__, keys or "no algorithm settings")
 
@@ -284,15 +284,6 @@ class FedStrategy(Strategy, metaclass=Settings):
                 raise ValueError(f"{name}: {what} '{k}' is {v.dtype} {tuple(v.shape)}, the model's is "
                                  f"{ref.dtype} {tuple(ref.shape)}")
         self.global_state = new
-
-    def evaluate_central(self) -> dict[str, float]:
-        state = self.central_state() if self.cfg.central_eval and self.dataset is not None else None
-        if state is None:
-            return {}
-        self.model.load_state_dict(state)
-        ds = self.dataset
-        m = evaluate(self.model, ds.test_x, ds.test_y, mean=ds.mean, std=ds.std)
-        return {"central-accuracy": m["accuracy"], "central-loss": m["loss"]}
 
     # ---- Flower Strategy API: the round's steps, run by fedapp.server.rounds -------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord | None, config: ConfigRecord | Mapping,

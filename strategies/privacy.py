@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from logging import WARNING
 from typing import Any, Protocol
 
-from flwr.app import ArrayRecord, ConfigRecord, Message
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import (DifferentialPrivacyClientSideAdaptiveClipping,
@@ -132,6 +132,8 @@ class Wrapped(RoundHooks, Protocol):
     dp_wrapper: Strategy  # set by wrapper() at the first private round
 
     def set_global_arrays(self, arrays: ArrayRecord, what: str = "arrays") -> None: ...
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]: ...
 
 
 def wrapper(strategy: Wrapped) -> Strategy:

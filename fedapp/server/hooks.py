@@ -5,26 +5,31 @@ layer needs no import of the strategy's class."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-from flwr.app import ArrayRecord, Message, MetricRecord
+import torch
+from flwr.app import ArrayRecord
 from flwr.serverapp import Grid
 
 from fedapp.core.config import RunConfig
-from fedapp.core.records import Tensors
-from fedapp.server.replies import Spec
+from fedapp.core.data import Dataset
+from fedapp.core.records import Payload, Tensors
+from fedapp.server.replies import Reply, Spec
 
 
 class RoundHooks(Protocol):
     """What the round machinery reads and calls on the strategy it runs (``strategies.base.FedStrategy``
-    implements it): the settings and algorithm state it keeps, Flower's configure/aggregate pair
-    and the round's other hooks; the run state the driver writes (``clients``, ``history``,
-    ``totals``) is the driver's own (``fedapp.server.rounds.Driver``)."""
+    implements it): the settings and algorithm state it keeps, and the hooks an algorithm overrides
+    (``begin``, the payload and config hooks, ``reply_spec``, ``aggregate``, ``reference``,
+    ``central_state``); the run state the driver writes (``clients``, ``history``, ``totals``) is the
+    driver's own (``fedapp.server.rounds.Driver``)."""
 
     cfg: RunConfig
+    model: torch.nn.Module
+    dataset: Dataset | None  # the global test set of central-eval
     rng: np.random.Generator
     unseen: frozenset[int]  # partition ids held out as new clients
     base_config: dict[str, dict[str, Any]]  # the config sent with every "train" / "evaluate" message
@@ -32,23 +37,23 @@ class RoundHooks(Protocol):
     state_rounds: dict[int, int]  # partition id -> the round of the client state it holds
     kept_state_rounds: dict[int, int]
     results_path: Path | None
-    # partition id -> the arrays its reply must carry, of the last configure_train / configure_evaluate
+    # partition id -> the arrays its reply must carry, of the last training / evaluation messages
     expected: dict[str, dict[int, Spec | None]]
     client_evals: list[tuple[int, bool, dict[str, float]]]  # the last evaluation's (pid, unseen, metrics)
 
     def plain_clients(self) -> bool: ...
     def client_need(self) -> str: ...
-    def global_arrays(self) -> ArrayRecord | None: ...
-    def reference(self, pid: int, name: str) -> Tensors | None: ...
-    def configure_train(self, server_round: int, arrays: ArrayRecord | None, config: Mapping,
-                        grid: Grid) -> list[Message]: ...
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]: ...
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord | None, config: Mapping,
-                           grid: Grid) -> list[Message]: ...
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None: ...
-    def evaluate_central(self) -> dict[str, float]: ...
     def summary(self) -> None: ...
+    def begin(self, phase: str, server_round: int, grid: Grid) -> None: ...
+    def broadcast_payload(self, phase: str, server_round: int) -> Payload: ...
+    def shared_payloads(self, phase: str, server_round: int) -> Payload: ...
+    def client_payload(self, phase: str, pid: int, server_round: int) -> Payload: ...
+    def client_config(self, phase: str, pid: int, server_round: int) -> dict[str, Any]: ...
+    def reply_spec(self, pid: int, server_round: int) -> Spec: ...
+    def reference(self, pid: int, name: str) -> Tensors | None: ...
+    def aggregate(self, server_round: int, replies: list[Reply]) -> None: ...
+    def global_arrays(self) -> ArrayRecord | None: ...
+    def central_state(self) -> Tensors | None: ...
 
 
 class OwnHooks(Protocol):

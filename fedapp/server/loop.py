@@ -67,7 +67,7 @@ def open_run(driver: Driver, grid: Grid, evaluate_fn, writer, result: Result) ->
         raise RuntimeError("no training client is connected")
     t_start = time.time() - (driver.history[-1]["wall-time"] if driver.history else 0.0)
     if not driver.history:  # a run resumed from its round-0 checkpoint has this row
-        row = {"round": 0, **strategy.evaluate_central(), "wall-time": 0.0}
+        row = {"round": 0, **driver.evaluate_central(), "wall-time": 0.0}
         row.update(server_evaluate(driver, 0, evaluate_fn, result))
         record(driver, row, writer, result)
     return t_start

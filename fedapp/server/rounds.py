@@ -24,6 +24,7 @@ from flwr.serverapp import Grid
 
 from fedapp.core.config import RunConfig
 from fedapp.core.records import payload_of
+from fedapp.core.training import evaluate
 from fedapp.server import screens
 from fedapp.server.discovery import ClientInfo, Federation
 from fedapp.server.exchange import Exchange, message_config
@@ -57,11 +58,8 @@ class Driver:
 
     @property
     def clients(self) -> dict[int, ClientInfo]:
+        """The discovered clients by partition id (``Federation.clients``)."""
         return self.nodes.clients
-
-    @clients.setter
-    def clients(self, clients: dict[int, ClientInfo]) -> None:  # a test's or benchmark's made-up federation
-        self.nodes.clients = clients
 
     # ---- what an algorithm's own round calls ---------------------------------------------
     def train_pool(self) -> list[int]:
@@ -123,8 +121,19 @@ class Driver:
             accuracy = {pid: m["accuracy"] for pid, _, m in strategy.client_evals if m["num-examples"] > 0}
             if accuracy:  # per partition id
                 out["fed-client-accuracy"] = accuracy
-        out.update(strategy.evaluate_central())
+        out.update(self.evaluate_central())
         return out
+
+    def evaluate_central(self) -> dict[str, float]:
+        """The strategy's ``central_state`` on the global test set (``central-*``; central-eval)."""
+        s = self.strategy
+        state = s.central_state() if self.cfg.central_eval and s.dataset is not None else None
+        if state is None:
+            return {}
+        s.model.load_state_dict(state)
+        ds = s.dataset
+        m = evaluate(s.model, ds.test_x, ds.test_y, mean=ds.mean, std=ds.std)
+        return {"central-accuracy": m["accuracy"], "central-loss": m["loss"]}
 
     def configure(self, phase: str, server_round: int, config: Mapping | None, grid: Grid) -> list[Message]:
         """The round's ``phase`` messages: the strategy's ``begin`` work, then one message per sampled
