@@ -3,7 +3,7 @@ the model it should, an ArrayRecord of ``--bogus-mb`` MiB (docs/reliability.md, 
 
     PYTHONPATH=. python simulations/reply_memory.py --bogus-mb 256
 
-The reply goes through ``Driver.exchange`` (as it arrives; ``reply-memory-mb = 0``, so a reply that
+The reply goes through ``Exchange.exchange`` (as it arrives; ``reply-memory-mb = 0``, so a reply that
 is kept goes to disk, as a server short of memory does) and ``parse_replies``; the script prints the
 process's peak RSS growth over that step (the reply itself is built before, and a valid reply is read
 first) and the drop reason.
@@ -21,7 +21,7 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from fedapp.runtime.registry import parse_run_config
 from fedapp.runtime.server_app import build_strategy
-from strategies.driver import ClientInfo
+from fedapp.server.discovery import ClientInfo
 
 #: the model the bogus reply's partition should send back: one float32 array of 2^20 entries (4 MiB)
 MODEL = 2**20
@@ -29,7 +29,7 @@ MODEL = 2**20
 
 class OneReply:
     """A grid that answers each message it is sent with ``reply`` (as Flower's grids hand replies
-    to ``Driver.exchange``)."""
+    to ``Exchange.exchange``)."""
 
     def __init__(self, reply):
         self.reply = reply
@@ -63,10 +63,10 @@ def bogus(nbytes: int) -> ArrayRecord:
 
 
 def read(strategy, sent: Message, spec, reply: Message) -> list:
-    """The valid replies the driver keeps of ``reply`` (its drops are in ``strategy.driver.dropped``)."""
+    """The valid replies the driver keeps of ``reply`` (its drops are in ``strategy.driver.wire.dropped``)."""
     driver = strategy.driver
-    driver.dropped.clear()
-    return driver.parse_replies(driver.exchange(OneReply(lambda msg: reply), [sent], expected=spec), spec)
+    driver.wire.dropped.clear()
+    return driver.parse_replies(driver.wire.exchange(OneReply(lambda msg: reply), [sent], expected=spec), spec)
 
 
 def main() -> None:
@@ -81,7 +81,7 @@ def main() -> None:
         f.write("5")
     before = rss("VmRSS")
     kept = read(strategy, sent, spec, reply)
-    print(f"bogus record {a.bogus_mb} MiB: kept {len(kept)} replies, dropped {dict(strategy.driver.dropped)}, "
+    print(f"bogus record {a.bogus_mb} MiB: kept {len(kept)} replies, dropped {dict(strategy.driver.wire.dropped)}, "
           f"peak RSS grew by {(rss('VmHWM') - before) / 1024:.0f} MiB while the server read it")
 
 

@@ -9,8 +9,8 @@ from clients.fedals import FEDALS, FEDALS_SCAFFOLD
 from fedapp.core.config import ConfigError
 from fedapp.core.layer_split import split_model
 from fedapp.core.records import Shared, Tensors
+from fedapp.server.replies import spec_of
 from strategies.base import FedStrategy
-from strategies.driver import spec_of
 from strategies.scaffold import updated_control
 
 

@@ -3,8 +3,8 @@
 import math
 
 from clients.fedfa import FEDFA
+from fedapp.server.replies import Reply
 from strategies.base import FedStrategy
-from strategies.driver import Reply
 
 #: accuracies are clipped here so that -log2 stays finite and positive
 ACC_CLIP = (1e-3, 1 - 1e-3)

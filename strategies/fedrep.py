@@ -6,8 +6,8 @@ from clients.fedrep import FEDREP
 from fedapp.core.experiment import round_lr
 from fedapp.core.layer_split import check_head
 from fedapp.core.models import body_head_keys
+from fedapp.server.replies import spec_of
 from strategies.base import FedStrategy
-from strategies.driver import spec_of
 
 
 class FedRep(FedStrategy):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from clients.fedsmoo import FEDSPEED, FEDSMOO
 from fedapp.core.perturbation import perturbation
-from strategies.driver import spec_of
+from fedapp.server.replies import spec_of
 from strategies.feddyn import FedDyn
 
 

@@ -28,8 +28,8 @@ from clients.flower import ALGORITHMS as DECLARED  # the keys of each flwr:<Name
 from clients.flower import FEDAPP_ARGS, FLOWER_STRATEGIES, FROM_RUN_CONFIG
 from clients.keys import LR_DECAY
 from fedapp.core.records import Tensors, from_record, make_content, to_record
+from fedapp.server.replies import Reply
 from strategies.base import FedStrategy
-from strategies.driver import Reply
 
 
 def flower_replies(replies: list[Reply], node_ids: dict[int, int]) -> list[Message]:

@@ -19,8 +19,8 @@ from fedapp.core.experiment import round_lr
 from fedapp.core.layer_split import check_head
 from fedapp.core.models import body_head_keys, layer_groups
 from fedapp.core.records import Shared, Tensors
+from fedapp.server.replies import Reply, spec_of
 from strategies.base import FedStrategy
-from strategies.driver import Reply, spec_of
 
 Group = tuple[int, ...]
 
@@ -162,7 +162,7 @@ class HCCT(FedStrategy):
 
     def present(self, server_round: int, pool: list[int]) -> list[int]:
         """The clients of ``pool`` arrived by ``server_round``, the only ones sampled
-        (``strategies.driver.OwnHooks``)."""
+        (``fedapp.server.hooks.OwnHooks``)."""
         return [p for p in pool if p < self.arrived(server_round)]
 
     # ---- what is shared -----------------------------------------------------------------
@@ -223,7 +223,7 @@ class HCCT(FedStrategy):
         self.group_log.append({"round": server_round, "groups": [list(g) for g in self.groups]})
 
     def round_row(self, server_round: int) -> dict[str, Any]:
-        """The row's groups (``strategies.driver.OwnHooks``)."""
+        """The row's groups (``fedapp.server.hooks.OwnHooks``)."""
         return {"groups": [list(g) for g in self.groups], "num-groups": len(self.groups)}
 
     def group_of(self, pid: int) -> Group:
@@ -280,7 +280,7 @@ class HCCT(FedStrategy):
         return single if single is not None else {f"client-{pid}": m for pid, m in sorted(self.models.items())}
 
     def extra_results(self) -> dict[str, Any]:
-        """The groups of every round (``strategies.driver.OwnHooks``)."""
+        """The groups of every round (``fedapp.server.hooks.OwnHooks``)."""
         return {"hcct-groups": self.group_log}
 
 

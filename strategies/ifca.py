@@ -9,8 +9,8 @@ from fedapp.core.aggregation import weighted_mean
 from fedapp.core.config import ConfigError, RunConfig
 from fedapp.core.experiment import model_for
 from fedapp.core.records import Payload, Shared, Tensors
+from fedapp.server.replies import Reply
 from strategies.base import FedStrategy
-from strategies.driver import Reply
 
 
 class IFCA(FedStrategy):

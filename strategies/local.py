@@ -15,7 +15,7 @@ class Local(FedStrategy):
     robust_refusal = "every model stays on its client, so the server combines no updates"
 
     def train_pool(self) -> list[int]:
-        """Every client trains, new ones included (``strategies.driver.OwnHooks``)."""
+        """Every client trains, new ones included (``fedapp.server.hooks.OwnHooks``)."""
         return sorted(self.clients)
 
     def broadcast_payload(self, phase, server_round):

@@ -1,8 +1,8 @@
 """MAXFL-style participation: a client joins the global model only while it serves it well."""
 
 from clients.maxfl import MAXFL
+from fedapp.server.replies import Reply
 from strategies.base import FedStrategy
-from strategies.driver import Reply
 
 
 class MaxFL(FedStrategy):

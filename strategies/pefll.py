@@ -17,8 +17,8 @@ from fedapp.core.files import atomic_write
 from fedapp.core.hypernetworks import HyperNetwork, embedding_network
 from fedapp.core.models import MAX_GENERATED_PARAMS
 from fedapp.core.records import Tensors
+from fedapp.server.replies import Reply, Spec, spec_of
 from strategies.base import FedStrategy
-from strategies.driver import Reply, Spec, spec_of
 
 
 def embed_dim(cfg) -> int:
@@ -278,7 +278,7 @@ class PeFLL(FedStrategy):
                                   lambda pid: {**self.client_config("evaluate", pid, server_round), "phase": "evaluate"}, None,
                                   MessageType.EVALUATE, "eval")
         self.save_descriptors(server_round)
-        return dict(self.evaluation_metrics(replies) or {})
+        return dict(self.driver.evaluation_metrics(replies) or {})
 
     def save_descriptors(self, server_round: int) -> None:
         """descriptors.npz beside rounds.json, rewritten at every evaluation: per evaluation

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from logging import WARNING
 from typing import Any, Protocol
 
-from flwr.app import ArrayRecord, ConfigRecord, Message
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import (DifferentialPrivacyClientSideAdaptiveClipping,
@@ -41,7 +41,10 @@ from flwr.serverapp.strategy import (DifferentialPrivacyClientSideAdaptiveClippi
 
 from fedapp.core.config import RunConfig
 from fedapp.core.dp_mod import CLIENT_MODS, CLIPPED, dp_mod  # noqa: F401  # dp_mod: a ClientApp's, also by this name
-from strategies.driver import Driver, RoundHooks, sample_size
+from fedapp.server.discovery import sample_size
+from fedapp.server.hooks import RoundHooks
+from fedapp.server.replies import check_reply
+from fedapp.server.rounds import Driver
 
 #: ``dp`` -> Flower's wrapper
 WRAPPERS = {"server-fixed": DifferentialPrivacyServerSideFixedClipping,
@@ -129,6 +132,8 @@ class Wrapped(RoundHooks, Protocol):
     dp_wrapper: Strategy  # set by wrapper() at the first private round
 
     def set_global_arrays(self, arrays: ArrayRecord, what: str = "arrays") -> None: ...
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]: ...
 
 
 def wrapper(strategy: Wrapped) -> Strategy:
@@ -165,14 +170,14 @@ def clippable(strategy: Wrapped, replies: Iterable[Message]) -> list[Message]:
     good, bad = [], []
     for msg in replies:
         pid = pids.get(msg.metadata.src_node_id)
-        if (spilled := driver.spilled.pop(msg.metadata.reply_to_message_id, None)) is not None:
+        if (spilled := driver.wire.spilled.pop(msg.metadata.reply_to_message_id, None)) is not None:
             msg.content = spilled.content(msg.content)  # the wrapper clips records in memory
         if strategy.cfg.dp in CLIENT_MODS and msg.has_content() and CLIPPED not in msg.content.metric_records.get(
                 "metrics", {}):
-            driver.drop("unclipped", pid=pid, detail=UNCLIPPED)
+            driver.wire.drop("unclipped", pid=pid, detail=UNCLIPPED)
             continue
         try:
-            fits = not msg.has_error() and pid is not None and driver.check_reply(
+            fits = not msg.has_error() and pid is not None and check_reply(
                 msg.content, pid, expected[pid], strategy.clients[pid].plain) is None
         except Exception:  # noqa: BLE001  # too odd to check: parse_replies says why
             fits = False
@@ -223,7 +228,7 @@ def private_round(strategy: Wrapped, server_round: int, grid: Grid) -> dict[str,
     clip = dp.clipping_norm
     msgs = list(dp.configure_train(server_round, strategy.global_arrays(),
                                    ConfigRecord(dict(strategy.base_config["train"])), grid))
-    replies = clippable(strategy, strategy.driver.exchange(grid, msgs, expected=strategy.expected["train"]))
+    replies = clippable(strategy, strategy.driver.wire.exchange(grid, msgs, expected=strategy.expected["train"]))
     if not replies:  # nothing to clip: the strategy skips the round, nothing is released
         arrays, metrics = strategy.aggregate_train(server_round, [])
     else:

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 from clients.scaffold import SCAFFOLD as DECLARED
 from fedapp.core.records import Tensors
+from fedapp.server.replies import spec_of
 from strategies.base import FedStrategy
-from strategies.driver import spec_of
 
 
 def updated_control(c: Tensors, deltas: list[Tensors], num_clients: int,

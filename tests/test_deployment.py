@@ -21,7 +21,7 @@ import pytest
 import torch
 from cryptography.hazmat.primitives import serialization
 
-from fedapp.core import sites
+from fedapp.server import sites
 from fedapp.runtime.client_app import app, load_state
 from fedapp.runtime.registry import parse_run_config
 from fedapp.runtime.launch import process_tree

@@ -120,7 +120,7 @@ def test_a_failed_round_leaves_the_last_committed_state(failure, small_config, t
         monkeypatch.setattr(ScaffoldClient, "after_train", after_train)
     else:  # the process dies between writing the temporary file and renaming it
         monkeypatch.setattr(os, "replace", crash)
-    msgs = [m for m in strategy.driver.messages(strategy.train_contents(2), MessageType.TRAIN)
+    msgs = [m for m in strategy.driver.wire.messages(strategy.driver.sampled_contents("train", 2), MessageType.TRAIN)
             if m.metadata.dst_node_id == ctx.node_id]
     [reply] = grid.send_and_receive(msgs)
     assert reply.has_error()

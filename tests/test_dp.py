@@ -60,7 +60,7 @@ def dp_run(monkeypatch, strategy: str, dp: str, z: float, clip: float, **kw):
 
     def spy(self, server_round, replies):
         sent = {k: v.clone() for k, v in self.global_state.items()}
-        updates = [delta(r.payload["arrays"], self.driver.sent[r.pid]["arrays"]) for r in replies]
+        updates = [delta(r.payload["arrays"], self.driver.wire.sent[r.pid]["arrays"]) for r in replies]
         aggregate(self, server_round, replies)
         rounds.append((sent, updates, {k: v.clone() for k, v in self.global_state.items()}))
 

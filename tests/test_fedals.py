@@ -65,7 +65,7 @@ def test_table2_parameters_per_client_resnet20_cifar10(alpha, billions):
         return Message(reply, reply_to=msg)
 
     grid = InProcessGrid(client, N, {})
-    strategy.driver.discover(grid)
+    strategy.driver.nodes.discover(grid)
     for rnd in range(1, 2 * alpha + 2):
         assert strategy.driver.train_round(rnd, grid)["replies"] == N
     assert all(counts[r] == counts[r + alpha] for r in range(2, alpha + 2))
@@ -347,7 +347,7 @@ def test_matches_authors_fedals_code():
 
     from fedapp.core.experiment import ClientData
     from simulations.fedals.authors_golden import SETTING, golden_images, initial_state, kind_of, summary
-    from strategies.driver import Reply
+    from fedapp.server.replies import Reply
 
     golden = json.loads((Path(__file__).parent / "data" / "fedals_authors_golden.json").read_text())
     tau, n, per = SETTING["tau"], SETTING["nodes"], SETTING["per_node"]

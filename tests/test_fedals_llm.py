@@ -31,7 +31,7 @@ from fedapp.core.training import evaluate_lm, step_lr  # noqa: E402
 from simulations.fedals.authors_golden import summary  # noqa: E402
 from simulations.fedals.authors_golden_llm import CHECKPOINTS, SETTING, golden_prompts, initial_state  # noqa: E402
 from strategies.base import FedStrategy, weighted_mean  # noqa: E402
-from strategies.driver import Reply  # noqa: E402
+from fedapp.server.replies import Reply  # noqa: E402
 from strategies.fedals import FedALS  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "data" / "fedals_authors_golden_llm.json"

@@ -15,7 +15,8 @@ from fedapp.runtime.registry import parse_run_config
 from fedapp.core.experiment import model_for
 from fedapp.runtime import registry
 from fedapp.runtime.inprocess import InProcessGrid, run_local
-from strategies.driver import ClientInfo, Reply
+from fedapp.server.discovery import ClientInfo
+from fedapp.server.replies import Reply
 from strategies.fedavg import FedAvg
 from strategies.fedcm import FedCM
 from strategies.fedsmoo import FedSMOO

@@ -13,7 +13,8 @@ from fedapp.core.experiment import ClientData
 from fedapp.core.models import MLP
 from fedapp.runtime.registry import get
 from simulations.fedsmoo.fl_simulator_golden import SETTING, data, initial_vector, summary
-from strategies.driver import ClientInfo, Reply
+from fedapp.server.discovery import ClientInfo
+from fedapp.server.replies import Reply
 from tests.conftest import ROOT
 
 FIXTURE = json.loads((ROOT / "tests" / "fixtures" / "fl_simulator_golden.json").read_text())

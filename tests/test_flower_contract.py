@@ -15,7 +15,7 @@ from fedapp.runtime.inprocess import InProcessGrid
 from fedapp.core.records import from_record, to_record
 from fedapp.runtime.server_app import build_strategy
 from strategies.base import FedStrategy
-from strategies.driver import own_hook
+from fedapp.server.hooks import own_hook
 from strategies.pefll import PeFLL
 
 
@@ -126,7 +126,7 @@ def test_what_a_strategy_cannot_honour_fails_in_one_line(small_config):
         fedavg.start(grid, initial_arrays=to_record(wrong))
     # more than one configure/aggregate pair a round (PeFLL: three round trips a step)
     assert own_hook(PeFLL, "train_round") is PeFLL.train_round and own_hook(FedStrategy, "train_round") is None
-    pefll = object.__new__(PeFLL)  # what check_flower_loop reads: the class
+    pefll = object.__new__(PeFLL)  # what flower_loop reads: the class
     with pytest.raises(RuntimeError, match="PeFLL has its own train_round") as err:
         pefll.configure_train(1, ArrayRecord(), ConfigRecord(), grid)  # Flower's loop's first call
     assert "\n" not in str(err.value)

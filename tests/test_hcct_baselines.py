@@ -16,7 +16,7 @@ from fedapp.core.experiment import client_data, dataset, model_for
 from fedapp.runtime.inprocess import InProcessGrid, run_local
 from fedapp.core.records import content_bytes, make_content
 from fedapp.core.training import evaluate
-from strategies.driver import Reply
+from fedapp.server.replies import Reply
 from strategies.fedavg import FedAvg
 from strategies.fedfa import FedFA
 from strategies.hcct import HCCTE
@@ -213,7 +213,7 @@ def test_payloads_built_per_client_reach_their_own_client(small_config):
     run_config = {**small_config, "strategy": "ifca", "num-server-rounds": 1}
     strategy = run_local(run_config)
     strategy.choices = {0: [0], 1: [1], 2: [2], 3: [0, 1]}
-    contents = strategy.evaluate_contents(1)
+    contents = strategy.driver.sampled_contents("evaluate", 1)
     biases = {pid: c["arrays"]["fc.bias"].numpy() for pid, c in contents.items()}
     for pid, chosen in strategy.choices.items():
         expected = sum(strategy.cluster_models[j]["fc.bias"] for j in chosen) / len(chosen)

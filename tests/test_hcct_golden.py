@@ -12,7 +12,8 @@ from clients.hcct import HCCTClient
 from fedapp.runtime.registry import parse_run_config
 from fedapp.core.experiment import ClientData
 from fedapp.core.models import build_model
-from strategies.driver import ClientInfo, Reply
+from fedapp.server.discovery import ClientInfo
+from fedapp.server.replies import Reply
 from strategies.hcct import HCCT
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "hcct_authors_golden.json").read_text())

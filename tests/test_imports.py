@@ -1,5 +1,6 @@
-"""The project's import graph keeps its layers: ``fedapp/core`` (what the algorithms stand on) <-
-``strategies/`` and ``clients/`` (the algorithms) <- ``fedapp/runtime`` (what runs them). No module
+"""The project's import graph keeps its layers: ``fedapp/core`` (what everything stands on) <-
+``fedapp/server`` (the server's round machinery) <- ``strategies/`` and ``clients/`` (the algorithms)
+<- ``fedapp/runtime`` (what runs them). No module
 imports a higher layer (type-only and deferred imports counted), bar the exceptions named below; no
 import circles; each module imports on its own; no client module imports a server module."""
 
@@ -81,36 +82,40 @@ def test_no_import_circles():
 
 def test_no_import_circle_type_only_imports_counted():
     """A type-only import is a dependency too: the driver and the private round call the strategy
-    through the hooks they declare (``strategies.driver.RoundHooks``, ``strategies.privacy.Wrapped``),
+    through the hooks they declare (``fedapp.server.hooks.RoundHooks``, ``strategies.privacy.Wrapped``),
     not through an import of ``FedStrategy``, whose rounds run them."""
     assert circles(import_graph(type_only=True)) == []
 
 
 def layer(module: str) -> int:
-    """0: fedapp's core, 1: the algorithms, 2: fedapp's run-time layer (``fedapp.__main__``, the CLI,
-    with it); the package ``fedapp`` itself is empty."""
+    """0: fedapp's core, 1: the server layer, 2: the algorithms, 3: fedapp's run-time layer
+    (``fedapp.__main__``, the CLI, with it); the package ``fedapp`` itself is empty."""
     if module == "fedapp" or module.startswith("fedapp.core"):
         return 0
-    if module.split(".")[0] in ("strategies", "clients"):
+    if module.startswith("fedapp.server"):
         return 1
+    if module.split(".")[0] in ("strategies", "clients"):
+        return 2
     assert module == "fedapp.__main__" or module.startswith("fedapp.runtime"), f"{module}: in no layer"
-    return 2
+    return 3
 
 
 #: imports from a lower layer to a higher one that remain, and why
 UPWARD = {
-    # FedStrategy.run_config parses with the full schema (every algorithm's keys), and a strategy
-    # class learns its registered name and client from the table that pairs them
+    # a strategy class learns its registered name and client from the table that pairs them, and
+    # FedStrategy.run_config parses with the full schema (every algorithm's keys)
     ("strategies.base", "fedapp.runtime.registry"),
+    ("strategies.settings", "fedapp.runtime.registry"),
     # the error line naming the strategies that take plain Flower ClientApps (deferred)
-    ("strategies.driver", "fedapp.runtime.registry"),
+    ("fedapp.server.discovery", "fedapp.runtime.registry"),
 }
 
 
 def test_no_module_imports_a_higher_layer_type_only_imports_counted():
-    """fedapp's core imports no algorithm and no run-time module; the algorithms import no run-time
-    module but the registry, as ``UPWARD`` says (importing ``fedapp.runtime.registry`` runs the
-    package ``fedapp.runtime``, whose ``__init__`` is a docstring)."""
+    """fedapp's core imports no server, algorithm or run-time module; the server layer no algorithm
+    and no run-time module; the algorithms no run-time module; each but the registry, as ``UPWARD``
+    says (importing ``fedapp.runtime.registry`` runs the package ``fedapp.runtime``, whose
+    ``__init__`` is a docstring)."""
     assert imports("fedapp", ROOT / "fedapp" / "__init__.py", set(modules()), type_only=True) == set()
     upward = {(n, d) for n, deps in import_graph(type_only=True).items() for d in deps
               if layer(d) > layer(n) and d != "fedapp.runtime"}
@@ -132,8 +137,8 @@ def test_run_config_core_imports_no_algorithm_and_no_app():
 
 def test_clients_import_no_server_module():
     mods = modules()
-    bad = {n: sorted(d for d in imports(n, p, set(mods)) if d.split(".")[0] == "strategies")
-           for n, p in mods.items() if n.startswith("clients")}
+    server = lambda d: d.split(".")[0] == "strategies" or d.startswith("fedapp.server")  # noqa: E731
+    bad = {n: sorted(d for d in imports(n, p, set(mods)) if server(d)) for n, p in mods.items() if n.startswith("clients")}
     assert {n: d for n, d in bad.items() if d} == {}
 
 
@@ -184,7 +189,8 @@ def loaded_after(statement: str) -> set[str]:
 
 
 def test_client_app_imports_no_server_module():
-    """A ClientApp process (every simulated client, every site) imports no strategy, also when it
+    """A ClientApp process (every simulated client, every site) imports no strategy and nothing of the
+    server layer, also when it
     parses its run config and picks its client class (``side="client"``: the schema from the
     declarations in clients/): the client side of client-side dp is ``fedapp.core.dp_mod``. Flower's
     own ``import flwr`` loads ``flwr.serverapp``, so what is checked of it is that fedapp's ClientApp
@@ -194,6 +200,6 @@ def test_client_app_imports_no_server_module():
         "cfg = app.parse_run_config({'strategy': 'fedsmoo', 'fedsmoo.rho': 0.05, 'flwr-fedyogi.eta': 0.5}, side='client')\n"
         "assert (cfg.algo('rho'), cfg.algo('beta'), cfg['flwr-fedyogi.eta']) == (0.05, 10.0, 0.5), cfg.as_dict()\n"
         "assert app.registry.client(cfg.strategy).__name__ == 'FedSMOOClient'")
-    assert sorted(m for m in client if m.split(".")[0] == "strategies") == []
+    assert sorted(m for m in client if m.split(".")[0] == "strategies" or m.startswith("fedapp.server")) == []
     server = {m for m in client if m == "flwr.serverapp" or m.startswith("flwr.serverapp.")}
     assert server == {m for m in loaded_after("import flwr") if m == "flwr.serverapp" or m.startswith("flwr.serverapp.")}

@@ -13,7 +13,8 @@ from fedapp.core.config import ConfigError
 from fedapp.runtime.inprocess import run_local
 from fedapp.runtime.launch import (BIN, flwr_env, free_port_base, start_local_superlink, stop_local_superlink,
                                    wait_for_superlink)
-from strategies.driver import FLOWER_METRICS, app_is_plain
+from fedapp.server.discovery import app_is_plain
+from fedapp.server.replies import FLOWER_METRICS
 
 from conftest import ROOT
 
@@ -137,12 +138,12 @@ def test_plain_clients_are_sampled_by_their_exact_node_ids():
 
     import numpy as np
 
-    from strategies.driver import Driver
+    from fedapp.server.discovery import Federation
 
     pool = [2866985134364038145, 12000000000000000001]
     for seed in range(4):
         strategy = SimpleNamespace(cfg=SimpleNamespace(min_train_nodes=1), rng=np.random.default_rng(seed))
-        sampled = Driver(strategy).sample(pool, 0.5)
+        sampled = Federation(strategy, lambda: False).sample(pool, 0.5)
         assert len(sampled) == 1 and sampled[0] in pool
         ids = sorted(int(p) for p in np.random.default_rng(seed).choice(pool, size=1, replace=False))
         assert ids[0] not in pool  # what drawing the ids themselves gives

@@ -204,7 +204,7 @@ def test_user_train_config_wins_or_is_refused(tmp_path):
     given = FedAvg()
     start_on_grid(given, rc, initial_arrays=init, train_config={"lr": 0.01, "local-steps": 2, "my-key": 7})
     assert given.cfg.lr == 0.01 and given.base_config["train"] == {"my-key": 7}
-    config = given.contents("train", 1, [0])[0]["config"]
+    config = given.driver.contents("train", 1, [0])[0]["config"]
     assert (config["lr"], config["my-key"]) == (0.01, 7)
     keyword, default = FedAvg(lr=0.01, local_steps=2), FedAvg(local_steps=2)
     for s in (keyword, default):

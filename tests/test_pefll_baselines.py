@@ -21,7 +21,7 @@ from fedapp.core.experiment import ClientData, client_data, dataset, model_for
 from fedapp.core.models import body_head_keys
 from simulations.pefll.flbench_golden import SHAPES, batches, client_tensors, init_value
 from strategies.base import weighted_mean
-from strategies.driver import Reply
+from fedapp.server.replies import Reply
 from strategies.fedrep import FedRep
 from strategies.knnper import KNNPer
 from strategies.local import Local

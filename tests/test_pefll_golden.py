@@ -21,7 +21,7 @@ from clients.pefll import PeFLLClient
 from fedapp.core.experiment import ClientData
 from fedapp.runtime.inprocess import run_local
 from simulations.pefll.authors_golden import CLASSES, client_tensors, init_value
-from strategies.driver import Driver
+from fedapp.server.rounds import Driver
 from strategies.pefll import PeFLL
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "pefll_authors_golden.json").read_text())

@@ -136,7 +136,7 @@ def test_reply_polling_waits_at_most_20_ms_in_a_simulation_and_100_ms_over_http(
     from 10 ms up to 20 ms in memory (PeFLL makes three exchanges a step) and 0.1 s over HTTP."""
     from flwr.superlink.grid import HttpGrid, InMemoryGrid
 
-    from strategies import driver
+    from fedapp.server import transport
 
     for grid_type, longest in ((InMemoryGrid, 0.02), (HttpGrid, 0.1)):
         class Slow(grid_type):  # the reply arrives at the 12th pull
@@ -151,8 +151,8 @@ def test_reply_polling_waits_at_most_20_ms_in_a_simulation_and_100_ms_over_http(
                 return [] if self.pulls < 12 else [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id="m1"))]
 
         waits = []
-        monkeypatch.setattr(driver.time, "sleep", waits.append)
-        assert len(driver.send_and_receive(Slow(), ["a message"], timeout=None)) == 1
+        monkeypatch.setattr(transport.time, "sleep", waits.append)
+        assert len(transport.send_and_receive(Slow(), ["a message"], timeout=None)) == 1
         assert waits == [min(0.01 * 2 ** i, longest) for i in range(11)]
 
 

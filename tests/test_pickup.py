@@ -1,4 +1,4 @@
-"""``fedapp.core.pickup``: Flower's simulation engine takes pushed messages when the ServerApp wakes
+"""``fedapp.server.pickup``: Flower's simulation engine takes pushed messages when the ServerApp wakes
 it, not at its next 0.1 s tick; its real scanning function runs here on a stand-in LinkState."""
 
 import queue
@@ -6,7 +6,7 @@ import threading
 
 from flwr.server.superlink.fleet.vce import vce_api
 
-from fedapp.core import pickup
+from fedapp.server import pickup
 
 
 class State:

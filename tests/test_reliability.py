@@ -19,7 +19,7 @@ from fedapp.runtime.registry import parse_run_config
 from fedapp.runtime.faults import KINDS, faulty_partitions
 from fedapp.runtime.inprocess import InProcessGrid, run_local
 from fedapp.runtime.server_app import build_strategy
-from strategies.driver import ClientInfo
+from fedapp.server.discovery import ClientInfo
 
 ROUNDS = 2
 #: per-strategy settings that keep a run small (PeFLL generates LeNets: it needs images, and its
@@ -184,16 +184,16 @@ def test_reply_validation_reasons(config):
         "unknown-node": reply(999, {"partition-id": 0, "num-examples": 4}, ok),
     }
     for reason, msg in cases.items():
-        strategy.driver.dropped.clear()
+        strategy.driver.wire.dropped.clear()
         assert strategy.driver.parse_replies([msg], {0: spec, 1: spec}) == []
-        assert dict(strategy.driver.dropped) == {reason: 1}, reason
-    strategy.driver.dropped.clear()
+        assert dict(strategy.driver.wire.dropped) == {reason: 1}, reason
+    strategy.driver.wire.dropped.clear()
     good = [reply(102, {"partition-id": 1, "num-examples": 3}, ok),
             reply(101, {"partition-id": 0, "num-examples": 4}, ok),
             reply(101, {"partition-id": 0, "num-examples": 4}, ok)]
     valid = strategy.driver.parse_replies(good, {0: spec, 1: spec})
     assert [(r.pid, r.num_examples) for r in valid] == [(0, 4), (1, 3)]
-    assert dict(strategy.driver.dropped) == {"duplicate": 1}
+    assert dict(strategy.driver.wire.dropped) == {"duplicate": 1}
 
 
 def test_too_few_valid_replies_leave_the_state_unchanged(config):

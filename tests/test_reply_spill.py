@@ -9,11 +9,12 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-import fedapp.core.spill
+import fedapp.server.exchange
+import fedapp.server.spill
 from fedapp.runtime.client_app import app
 from fedapp.runtime.inprocess import InProcessGrid, run_local
 from fedapp.core.records import payload_of
-from fedapp.core.spill import spill
+from fedapp.server.spill import spill
 from test_pefll import image_config  # noqa: F401  (a fixture)
 
 STRATEGIES = {
@@ -39,7 +40,7 @@ def test_spilled_replies_give_the_same_run(name, small_config, image_config, tmp
         cfg = {**small_config, "strategy": extra.pop("strategy", name), "fraction-evaluate": 0.5, **extra}
     in_memory = run_local({**cfg, "run-name": "memory"})
     written = []
-    monkeypatch.setattr(fedapp.core.spill.SpilledContent, "__init__", _counting(written))
+    monkeypatch.setattr(fedapp.server.spill.SpilledContent, "__init__", _counting(written))
     spilled = run_local({**cfg, "run-name": "spilled", "reply-memory-mb": 0.0,
                          "state-spill-dir": str(tmp_path / "spill")})
     rounds = cfg["num-server-rounds"]
@@ -47,11 +48,11 @@ def test_spilled_replies_give_the_same_run(name, small_config, image_config, tmp
     assert rows(spilled) == rows(in_memory)
     for k, v in in_memory.global_state.items():
         assert torch.equal(spilled.global_state[k], v), k
-    assert spilled.driver.spilled == {}  # read back and let go
+    assert spilled.driver.wire.spilled == {}  # read back and let go
 
 
 def _counting(written):
-    init = fedapp.core.spill.SpilledContent.__init__
+    init = fedapp.server.spill.SpilledContent.__init__
 
     def counted(self, content, directory=None):
         init(self, content, directory)
@@ -90,7 +91,7 @@ def test_the_server_holds_one_reply_at_a_time(small_config, tmp_path, monkeypatc
     import weakref
 
     alive = []
-    spill_at = fedapp.core.spill.spill
+    spill_at = fedapp.server.spill.spill
 
     def watching(content, directory=None):
         gc.collect()
@@ -100,8 +101,7 @@ def test_the_server_holds_one_reply_at_a_time(small_config, tmp_path, monkeypatc
         return light, spilled
 
     seen: list = []
-    import strategies.driver
-    monkeypatch.setattr(strategies.driver, "spill", watching)
+    monkeypatch.setattr(fedapp.server.exchange, "spill", watching)
     cfg = {**small_config, "strategy": "fedsmoo", "num-clients": 6, "fraction-evaluate": 0.0,
            "reply-memory-mb": 0.0, "num-server-rounds": 1}
     run_local(cfg, grid=InProcessGrid(app, 6, cfg))

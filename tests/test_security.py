@@ -17,7 +17,9 @@ from fedapp.runtime.registry import parse_run_config
 from fedapp.runtime.faults import INFLATED, faulty_partitions
 from fedapp.runtime.inprocess import InProcessGrid, run_local
 from fedapp.runtime.server_app import build_strategy
-from strategies.driver import ClientInfo, Reply
+from fedapp.server.discovery import ClientInfo
+from fedapp.server.replies import Reply
+from fedapp.server.screens import updates_norm
 from test_reliability import (BASELINES, _reference, config, image_tree, run, same_rows,  # noqa: F401
                               strategies, tensors)
 
@@ -135,13 +137,13 @@ def test_clipping_scales_the_update_against_what_was_sent(config):
     strategy = build_strategy(parse_run_config(config("fedavg", **{"clip-norm": 1.0, "screen-factor": 0.0})))
     strategy.clients = {0: ClientInfo(101, 10, 2, False), 1: ClientInfo(102, 10, 2, False)}
     sent = {"arrays": {"w": torch.tensor([1.0, 1.0])}}
-    strategy.driver.sent = {0: sent, 1: sent}
+    strategy.driver.wire.sent = {0: sent, 1: sent}
     far = Reply(0, {"arrays": {"w": torch.tensor([4.0, 5.0])}, "delta": {"d": torch.tensor([0.0])}}, {})
     near = Reply(1, {"arrays": {"w": torch.tensor([1.5, 1.0])}, "delta": {"d": torch.tensor([0.0])}}, {})
     out = strategy.driver.robust([far, near])
     assert torch.allclose(out[0].payload["arrays"]["w"], torch.tensor([1.6, 1.8]))  # 1 + (3, 4) / 5
     assert torch.equal(out[1].payload["arrays"]["w"], torch.tensor([1.5, 1.0]))  # norm 0.5: unchanged
-    assert strategy.driver.update_norm(near) == 0.5
+    assert updates_norm(strategy.driver.reply_updates(near)) == 0.5
 
 
 @pytest.mark.parametrize("bad,key", [({"aggregation": "mode"}, "aggregation"), ({"trim-fraction": 0.5}, "trim-fraction"),

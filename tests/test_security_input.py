@@ -1,6 +1,6 @@
 """Input a run reads from outside: checkpoints given as ``resume-from`` (fedapp/runtime/checkpoint.py),
 client replies, which must belong to the message they answer and stay within their size limits
-(strategies/driver.py), and request bodies at the Fleet proxy (scripts/fleet_proxy.py)."""
+(fedapp/server/replies.py, fedapp/server/exchange.py), and request bodies at the Fleet proxy (scripts/fleet_proxy.py)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ from fedapp.core.config import ConfigError
 from fedapp.runtime.registry import parse_run_config
 from fedapp.runtime.inprocess import run_local
 from fedapp.runtime.server_app import build_strategy
-from strategies.driver import REPLY_ARRAYS_MARGIN, REPLY_METRICS_MAX_KEYS, REPLY_RECORDS_MAX_BYTES, ClientInfo
+from fedapp.server.discovery import ClientInfo
+from fedapp.server.replies import REPLY_ARRAYS_MARGIN, REPLY_METRICS_MAX_KEYS, REPLY_RECORDS_MAX_BYTES
 from test_deployment import ROOT, Federation, free_port
 from test_deployment_proxy import NGINX, wait_listening
 from test_reliability import config, image_tree, same_rows, tensors  # noqa: F401
@@ -121,9 +122,9 @@ def test_oversized_config_and_metrics_are_dropped(config, monkeypatch):
     many = MetricRecord({"partition-id": 0, "num-examples": 5, **{f"m{i}": 0.0 for i in range(100_000)}})
     assert REPLY_METRICS_MAX_KEYS < 100_002 and REPLY_RECORDS_MAX_BYTES < 2**20
     for bad in ({"metrics": many}, {"extra": ConfigRecord({"blob": "x" * 2**20})}):
-        strategy.driver.dropped.clear()
+        strategy.driver.wire.dropped.clear()
         assert strategy.driver.parse_replies([reply(**bad)], spec) == []
-        assert dict(strategy.driver.dropped) == {"oversized": 1}
+        assert dict(strategy.driver.wire.dropped) == {"oversized": 1}
     assert [r.num_examples for r in strategy.driver.parse_replies([reply()], spec)] == [5]
 
 
@@ -186,5 +187,5 @@ def test_oversized_arrays_dropped_before_decoding(config, monkeypatch):
         kept = read(strategy, sent, expected, reply)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
-        assert (kept, dict(strategy.driver.dropped)) == ([], {"oversized": 1}), case
+        assert (kept, dict(strategy.driver.wire.dropped)) == ([], {"oversized": 1}), case
         assert peak < 2**20, (case, peak)

@@ -1,5 +1,5 @@
 """Robust aggregation on every strategy, and the default defence against poisoned replies
-(``aggregation`` in strategies/base.py, the defence in strategies/driver.py, attacks in fedapp/runtime/faults.py)."""
+(``aggregation`` in strategies/base.py, the defence in fedapp/server/screens.py, attacks in fedapp/runtime/faults.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ from fedapp.runtime.client_app import app
 from fedapp.runtime.inprocess import InProcessGrid, run_local
 from fedapp.runtime.server_app import build_strategy
 from fedapp.runtime.faults import faulty_partitions
-from strategies.driver import ClientInfo, Driver, Reply, against_median
+from fedapp.server.discovery import ClientInfo
+from fedapp.server.replies import Reply
+from fedapp.server.rounds import Driver
+from fedapp.server.screens import against_median, median_cosines
 from simulations import attacks
 from conftest import ROOT
 from test_reliability import EXTRA, config, image_tree, run, same_rows, tensors  # noqa: F401
@@ -134,7 +137,7 @@ def test_default_is_the_exact_algorithm(tmp_path):
             cfg.aggregation) == ("none", 0.0, False, 0.0, 0.0, "mean")
     strategy = build_strategy(parse_run_config(small(tmp_path, option="none")))
     strategy.clients = {p: ClientInfo(101 + p, 10, 2, False) for p in range(4)}
-    strategy.driver.sent = dict.fromkeys(range(4), {"arrays": {"w": torch.tensor([1.0, 1.0])}})
+    strategy.driver.wire.sent = dict.fromkeys(range(4), {"arrays": {"w": torch.tensor([1.0, 1.0])}})
     ups = ([0.3, 0.4], [0.2, 0.5], [-3.0, -4.0], [3e30, 4e30])
     replies = [Reply(p, {"arrays": {"w": 1.0 + torch.tensor(u)}}, {}) for p, u in enumerate(ups)]
     sent = [r.payload["arrays"]["w"].clone() for r in replies]
@@ -213,7 +216,7 @@ def test_control_variates_screened(tmp_path):
     strategy = build_strategy(parse_run_config(small(tmp_path, strategy="scaffold")))
     n, d = 10, 400
     strategy.clients = {p: ClientInfo(101 + p, 10, 2, False) for p in range(n)}
-    strategy.driver.sent = dict.fromkeys(range(n), {"arrays": {"w": torch.zeros(d)}})
+    strategy.driver.wire.sent = dict.fromkeys(range(n), {"arrays": {"w": torch.zeros(d)}})
     rng = np.random.default_rng(0)
     g, h, e = (torch.tensor(v, dtype=torch.float32) for v in rng.standard_normal((3, d)))
     g, h = g / g.norm(), h / h.norm()
@@ -232,7 +235,7 @@ def test_control_variates_screened(tmp_path):
     collude = [reply(p, h + 0.1 * torch.tensor(rng.standard_normal(d), dtype=torch.float32) / d ** 0.5)
                for p in range(7)] + [reply(p, 1.5 * e / e.norm()) for p in range(7, 10)]
     assert [r.pid for r in strategy.driver.robust(collude)] == list(range(7))
-    assert strategy.driver.dropped["against-median"] == 3
+    assert strategy.driver.wire.dropped["against-median"] == 3
 
 
 def test_robust_is_refused_where_nothing_is_combined(tmp_path):
@@ -248,13 +251,13 @@ def test_the_norm_screen_clips_to_three_medians(tmp_path):
     3 against what was sent and counted as clipped; none is dropped."""
     strategy = build_strategy(parse_run_config(small(tmp_path, option="none", **{"screen-factor": 3.0})))
     strategy.clients = {p: ClientInfo(101 + p, 10, 2, False) for p in range(3)}
-    strategy.driver.sent = dict.fromkeys(range(3), {"arrays": {"w": torch.tensor([1.0, 1.0])}})
+    strategy.driver.wire.sent = dict.fromkeys(range(3), {"arrays": {"w": torch.tensor([1.0, 1.0])}})
     ups = ([3.0, 4.0], [0.6, 0.8], [0.5, 0.0])
     out = strategy.driver.robust([Reply(p, {"arrays": {"w": 1.0 + torch.tensor(u)}}, {}) for p, u in enumerate(ups)])
     assert [r.pid for r in out] == [0, 1, 2]
     assert torch.allclose(out[0].payload["arrays"]["w"], torch.tensor([2.8, 3.4]))  # 1 + 3 (3, 4) / 5
     assert torch.equal(out[1].payload["arrays"]["w"], 1.0 + torch.tensor([0.6, 0.8]))
-    assert (strategy.driver.clipped, sum(strategy.driver.dropped.values())) == (1, 0)
+    assert (strategy.driver.clipped, sum(strategy.driver.wire.dropped.values())) == (1, 0)
 
 
 def test_the_direction_screen_drops_sign_flips(tmp_path):
@@ -268,7 +271,7 @@ def test_the_direction_screen_measures_each_reply_against_the_others_median():
     (0, 1) and (1, 1) the references are (0.5, 1), (1, 0.5) and (0.5, 0.5); in 2 coordinates the
     chance bound 3 / sqrt(2) is above 0.3, so it is 0; the round's median cosine is 0.5 / sqrt(1.25)."""
     pairs = [{("arrays", "w"): (torch.tensor(u), torch.zeros(2))} for u in ([1.0, 0.0], [0.0, 1.0], [1.0, 1.0])]
-    got = Driver.median_cosines(pairs)
+    got = median_cosines(pairs)
     assert [c for c, *_ in got] == pytest.approx([0.5 / 1.25**0.5, 0.5 / 1.25**0.5, 1.0])
     assert {chance for _, chance, *_ in got} == {0.0}
     assert [mid for *_, mid in got] == pytest.approx([0.5 / 1.25**0.5] * 3)
@@ -290,7 +293,7 @@ def screen(tmp_path, updates: np.ndarray) -> list[int]:
     strategy = build_strategy(parse_run_config(small(tmp_path)))
     n, d = updates.shape
     strategy.clients = {p: ClientInfo(101 + p, 10, 2, False) for p in range(n)}
-    strategy.driver.sent = dict.fromkeys(range(n), {"arrays": {"w": torch.zeros(d)}})
+    strategy.driver.wire.sent = dict.fromkeys(range(n), {"arrays": {"w": torch.zeros(d)}})
     replies = [Reply(p, {"arrays": {"w": torch.tensor(u, dtype=torch.float32)}}, {}) for p, u in enumerate(updates)]
     return [r.pid for r in strategy.driver.robust(replies)]
 
@@ -315,7 +318,7 @@ def test_clip_median_scales_updates_to_the_median_norm(tmp_path):
     strategy = build_strategy(parse_run_config(small(tmp_path, option="none", **{"clip-median": 1.0})))
     strategy.clients = {p: ClientInfo(101 + p, 10, 2, False) for p in range(3)}
     sent = {"arrays": {"w": torch.tensor([1.0, 1.0])}}
-    strategy.driver.sent = dict.fromkeys(range(3), sent)
+    strategy.driver.wire.sent = dict.fromkeys(range(3), sent)
     ups = ([3.0, 4.0], [0.6, 0.8], [0.5, 0.0])
     out = strategy.driver.robust([Reply(p, {"arrays": {"w": 1.0 + torch.tensor(u)}}, {}) for p, u in enumerate(ups)])
     assert torch.allclose(out[0].payload["arrays"]["w"], torch.tensor([1.6, 1.8]))  # 1 + (3, 4) / 5

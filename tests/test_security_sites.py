@@ -1,4 +1,4 @@
-"""Sites bound to SuperNode keys (``site-keys``, fedapp/core/sites.py): which node may serve which
+"""Sites bound to SuperNode keys (``site-keys``, fedapp/server/sites.py): which node may serve which
 partition is decided by its public key, as the SuperLink reports it, not by who answers first."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from flwr.app import Context, MessageType, RecordDict
 from flwr.proto.node_pb2 import NodeInfo
 
-from fedapp.core import sites
+from fedapp.server import sites
 from fedapp.runtime.client_app import app
 from fedapp.core.config import ConfigError
 from fedapp.runtime.registry import parse_run_config
@@ -120,15 +120,15 @@ def test_partitions_bound_to_first_keys_without_site_keys(config, tmp_path, monk
 
     driver = strategy.driver
     del grid.contexts[101]  # site A's node is gone: the third key is still refused
-    driver.discover(grid)
-    assert driver.clients[0].node_id == 101 and 103 in driver.unbound
+    driver.nodes.discover(grid)
+    assert driver.clients[0].node_id == 101 and 103 in driver.nodes.unbound
     for node, pem in ((104, b_pem), (105, a_pem)):  # site B's key, then site A back, claiming partition 0
         grid.contexts[node] = Context(1, node, {"partition-id": 0}, RecordDict(), cfg)
         grid.pems[node] = pem
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="flwr"):
-        driver.discover(grid)
-    assert driver.clients[0].node_id == 105 and 103 in driver.unbound
+        driver.nodes.discover(grid)
+    assert driver.clients[0].node_id == 105 and 103 in driver.nodes.unbound
     assert [r.getMessage() for r in caplog.records if " bound to " in r.getMessage()] == [
         f"node 104 refused: its key {fp[b_pem]} is bound to partition 1, which it claimed first (no site-keys), "
         "but it claims partition 0"]
@@ -166,7 +166,7 @@ def test_site_keys_table_is_one_to_one(tmp_path, config):
     assert sorted((s.name, s.partition) for s in sites.load(table, 2).values()) == [("site-a", 0), ("site-b", 1)]
     with pytest.raises(ConfigError, match="'site-keys' binds partitions to SuperNode keys"):
         run_local(config("fedavg", **{"num-clients": 2, "site-keys": table}))
-    assert build_strategy(parse_run_config(config("fedavg"))).driver.sites is None  # without it: as before
+    assert build_strategy(parse_run_config(config("fedavg"))).driver.nodes.sites is None  # without it: as before
 
 
 @pytest.mark.slow

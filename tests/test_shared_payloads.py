@@ -10,7 +10,7 @@ import fedapp.core.records as records
 from fedapp.runtime.registry import parse_run_config
 from fedapp.core.records import Shared, from_record
 from fedapp.runtime.server_app import build_strategy
-from strategies.driver import ClientInfo
+from fedapp.server.discovery import ClientInfo
 from test_reliability import config, image_tree  # noqa: F401
 
 
@@ -40,7 +40,7 @@ def test_a_named_payload_is_converted_once_and_names_are_not_confused(config, co
     y = {"w": torch.tensor([1.0, 2.0])}  # the same content, another name: its own record
     z = {"w": torch.tensor([3.0, 4.0])}
     own = {"v": torch.zeros(1)}
-    contents = strategy.driver.contents(1, {0: {"a": Shared("x")}, 1: {"a": Shared("x")}, 2: {"a": Shared("y")},
+    contents = strategy.driver.wire.contents(1, {0: {"a": Shared("x")}, 1: {"a": Shared("x")}, 2: {"a": Shared("y")},
                                      3: {"a": Shared("z"), "own": own}},
                                  {}, shared={"x": x, "y": y, "z": z, "unused": {"u": torch.ones(3)}})
     assert len(conversions) == 4 and all(a is b for a, b in zip(conversions, (x, y, z, own)))  # "unused": never
@@ -48,15 +48,15 @@ def test_a_named_payload_is_converted_once_and_names_are_not_confused(config, co
     assert contents[2]["a"] is not contents[0]["a"]
     for pid, want in ((0, x), (1, x), (2, y), (3, z)):
         assert torch.equal(from_record(contents[pid]["a"])["w"], want["w"])
-    assert strategy.driver.sent[3] == {"a": z, "own": own} and strategy.driver.sent[0]["a"] is x  # what the screen measures against
+    assert strategy.driver.wire.sent[3] == {"a": z, "own": own} and strategy.driver.wire.sent[0]["a"] is x  # what the screen measures against
     with pytest.raises(KeyError, match="'nope'"):
-        strategy.driver.contents(1, {0: {"a": Shared("nope")}}, {}, shared={"x": x})
+        strategy.driver.wire.contents(1, {0: {"a": Shared("nope")}}, {}, shared={"x": x})
 
 
 def test_fedals_scaffold_shares_body_and_control_variates(config, conversions):
     strategy = strategy_with_clients({**config("fedals"), "strategy": "fedals-scaffold"}, 3)
     strategy.client_body[2] = strategy.body_round  # client 2 holds the current body: head and c_h only
-    contents = strategy.train_contents(1)
+    contents = strategy.driver.sampled_contents("train", 1)
     shared = strategy.shared_payloads("train", 1)
     assert len(conversions) == 3 and all(any(t is s for s in shared.values()) for t in conversions)
     assert contents[0]["body"] is contents[1]["body"] and contents[0]["control"] is contents[1]["control"]

@@ -77,7 +77,7 @@ def answers(app: ClientApp, message_type: str) -> bool:
 def engine_pickup() -> Callable:
     """The function the thread of Flower's simulation engine runs to hand the ServerApp's messages to
     the simulated clients (``flwr.server.superlink.fleet.vce.vce_api.add_messages_to_queue``); its
-    arguments include the ``threading.Event`` that stops it (``fedapp.core.pickup`` hooks its wait)."""
+    arguments include the ``threading.Event`` that stops it (``fedapp.server.pickup`` hooks its wait)."""
     from flwr.server.superlink.fleet.vce import vce_api
 
     return vce_api.add_messages_to_queue

@@ -189,7 +189,7 @@ COMMON_KEYS: tuple[Key, ...] = (
     Key("round-timeout", float, 600.0, "Seconds to wait for replies in one exchange.", low=0.0, low_open=True),
     Key("node-wait-timeout", float, 120.0, "Seconds to wait for num-clients nodes to connect.", low=0.0),
     Key("site-keys", str, "", "Deployment: TOML table on the SuperLink's machine binding each SuperNode public key "
-        "to its partition-id and site name (fedapp/core/sites.py); '' none: with SuperNode authentication each "
+        "to its partition-id and site name (fedapp/server/sites.py); '' none: with SuperNode authentication each "
         "partition is bound to the first key that claims it, for the rest of the run; without, the first node to "
         "claim a partition serves it."),
     Key("results-dir", str, "results", "Where each run writes its folder of results (absolute for deployments)."),
@@ -219,7 +219,7 @@ COMMON_KEYS: tuple[Key, ...] = (
         "inflated example count).",
         ("raise", "stall", "wrong-shape", "nan", "inf", "scale", "negate", "sign-flip", "noise", "alie", "collude",
          "honest-noise", "num-examples")),
-    # robust aggregation (strategies/driver.py): what a poisoned reply can do to the model. Off by default:
+    # robust aggregation (fedapp/server/screens.py): what a poisoned reply can do to the model. Off by default:
     # a run that sets none of these is the named algorithm exactly
     Key("defence", str, "none", "Defence against poisoned training replies: none (the algorithm exactly) or robust "
         "(the direction screen, and every record of every reply clipped to 3 times the round's lower median update "

@@ -123,12 +123,23 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, mean=(
     if n == 0:
         empty = {"loss": 0.0, "accuracy": 0.0, "num-examples": 0}
         return {**empty, **({f"unmasked-{k}": v for k, v in empty.items()} if unmasked else {})}
+    sums = batch_sums(model, x, y, mean, std, device, batch_size, classes, mask, unmasked)
+    loss, correct, raw_loss, raw_correct = sums.tolist()
+    metrics = {"loss": loss / n, "accuracy": correct / n, "num-examples": n}
+    if unmasked:
+        metrics.update({"unmasked-loss": raw_loss / n, "unmasked-accuracy": raw_correct / n,
+                        "unmasked-num-examples": n})
+    return metrics
+
+
+def batch_sums(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, mean, std, device, batch_size: int,
+               classes: torch.Tensor | None, mask: str, unmasked: bool) -> torch.Tensor:
+    """``evaluate``'s sums over the batches, on ``device``: loss, correct, unmasked loss, unmasked correct."""
     mask_on = classes is not None and len(classes) > 0
     keep = None  # bool over the model's classes, built once the number of logits is known
-    # loss, correct, unmasked loss, unmasked correct
     sums = torch.zeros(4, dtype=torch.float64, device=device)
     nhwc = x.dim() == 4 and torch.device(device).type in CHANNELS_LAST
-    for i in range(0, n, batch_size):
+    for i in range(0, len(y), batch_size):
         xb = x[i:i + batch_size].to(device)
         if nhwc:  # converted while still uint8; prepare keeps the layout
             xb = xb.contiguous(memory_format=torch.channels_last)
@@ -140,20 +151,23 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, mean=(
             sums[2] += ce.sum().double()
             sums[3] += (out.argmax(1) == yb).sum().double()
         if mask_on:
-            if keep is None:
-                keep = torch.zeros(out.shape[1], dtype=torch.bool, device=out.device)
-                keep[torch.as_tensor(classes, device=out.device).long()] = True
-            if mask == "zero":
-                out = out * keep
-                ce = F.cross_entropy(out, yb, reduction="none")
-            else:  # an absent label keeps the unmasked loss (the masked one is infinite)
-                out = out.masked_fill(~keep, float("-inf"))
-                ce = torch.where(keep[yb], F.cross_entropy(out, yb, reduction="none"), ce)
+            out, ce, keep = masked(out, yb, ce, classes, keep, mask)
         sums[0] += ce.sum().double()
         sums[1] += (out.argmax(1) == yb).sum().double()
-    loss, correct, raw_loss, raw_correct = sums.tolist()
-    metrics = {"loss": loss / n, "accuracy": correct / n, "num-examples": n}
-    if unmasked:
-        metrics.update({"unmasked-loss": raw_loss / n, "unmasked-accuracy": raw_correct / n,
-                        "unmasked-num-examples": n})
-    return metrics
+    return sums
+
+
+def masked(out: torch.Tensor, yb: torch.Tensor, ce: torch.Tensor, classes: torch.Tensor,
+           keep: torch.Tensor | None, mask: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A batch's logits and losses under the label mask (``evaluate``'s ``mask``), and ``keep``, the
+    mask over the model's classes (built at the first batch)."""
+    if keep is None:
+        keep = torch.zeros(out.shape[1], dtype=torch.bool, device=out.device)
+        keep[torch.as_tensor(classes, device=out.device).long()] = True
+    if mask == "zero":
+        out = out * keep
+        ce = F.cross_entropy(out, yb, reduction="none")
+    else:  # an absent label keeps the unmasked loss (the masked one is infinite)
+        out = out.masked_fill(~keep, float("-inf"))
+        ce = torch.where(keep[yb], F.cross_entropy(out, yb, reduction="none"), ce)
+    return out, ce, keep

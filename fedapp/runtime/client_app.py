@@ -264,7 +264,7 @@ def make_client(cfg: RunConfig, context: Context, state: Payload):
 
 def _reply(msg: Message, payload: Payload, metrics: dict, pid: int) -> Message:
     """The reply, with the message's ``reply-nonce``, which binds it to that message (the server drops
-    a reply with another one: strategies/driver.py)."""
+    a reply with another one: fedapp/server/replies.py)."""
     nonce = _config(msg).get("reply-nonce")
     bound = {} if nonce is None else {"reply-nonce": nonce}
     return Message(make_content(payload, metrics={**metrics, "partition-id": pid, **bound}), reply_to=msg)

@@ -25,7 +25,7 @@ from flwr.common import log
 from fedapp.runtime import checkpoint, tracking
 from fedapp.core.config import RunConfig
 from fedapp.core.files import atomic_write
-from strategies.driver import own_hook
+from fedapp.server.hooks import own_hook
 
 
 def portable(name: str) -> str:

@@ -9,7 +9,7 @@ from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
 from fedapp.runtime import checkpoint, preflight, registry
-from fedapp.core import sites
+from fedapp.server import sites
 from fedapp.core.compat import flower_grids, superlink_parser
 from fedapp.core.config import ConfigError, RunConfig
 from fedapp.core.experiment import dataset, model_for, partitions
@@ -63,9 +63,9 @@ def run(grid: Grid, run_config):
                           "none; leave it out")
     strategy = build_strategy(cfg)
     if cfg.site_keys:
-        strategy.driver.sites = sites.load(cfg.site_keys, cfg.num_clients)
+        strategy.driver.nodes.sites = sites.load(cfg.site_keys, cfg.num_clients)
     elif not simulated(grid) and superlink_authenticates():
-        strategy.driver.first_keys = {}  # each partition bound to the first key that claims it
+        strategy.driver.nodes.first_keys = {}  # each partition bound to the first key that claims it
     start = checkpoint.resume(strategy, cfg.resume_from) if cfg.resume_from else 1
     if cfg.resume_from:
         log(INFO, "resuming from %s: rounds 1-%d restored, continuing with round %d of %d", cfg.resume_from,

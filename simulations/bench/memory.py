@@ -34,19 +34,19 @@ sys.path.insert(0, {root!r})
 from fedapp.runtime.inprocess import run_local
 if {census!r}:
     import gc, torch
-    import strategies.driver
+    import fedapp.server.loop
     from clients.base import FedClient
-    record = strategies.driver.Driver.record
+    record = fedapp.server.loop.record
 
-    def counted(self, row, writer, result=None):
+    def counted(driver, row, writer, result=None):
         objs = gc.get_objects()  # no gc.collect(): what the run itself left alive
         storages = {{t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in objs
                     if type(t) in (torch.Tensor, torch.nn.Parameter)}}
         with open(sys.argv[2] + "/census.jsonl", "a") as f:  # read at each round boundary by the parent
             f.write(json.dumps({{"clients_alive": sum(isinstance(o, FedClient) for o in objs),
                                 "tensor_mib": sum(storages.values()) / 2**20}}) + "\\n")
-        record(self, row, writer, result)
-    strategies.driver.Driver.record = counted
+        record(driver, row, writer, result)
+    fedapp.server.loop.record = counted
 run_local(json.loads(sys.argv[1]))
 hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
 print("VMHWM_KIB", hwm, flush=True)

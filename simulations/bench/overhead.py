@@ -73,7 +73,7 @@ def floor_plan(cfg: dict, rounds: int) -> list[list[int]]:
     (full participation), PeFLL's seeded sample of the seen clients (the strategy's own)."""
     from fedapp.runtime.registry import parse_run_config
     from fedapp.runtime.server_app import build_strategy
-    from strategies.driver import ClientInfo
+    from fedapp.server.discovery import ClientInfo
 
     strategy = build_strategy(parse_run_config(cfg))
     # as discovery finds them: every partition connected

@@ -10,28 +10,24 @@ decoded tensors are cached on disk.
 from __future__ import annotations
 
 import hashlib
-import io
 import math
 import os
 import socket
-import tarfile
 import time
 from logging import INFO
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from urllib.parse import urlparse
 
 import numpy as np
 import torch
 from flwr.common import log
-from PIL import Image
 
+from .images import DIGIT5_DOMAINS, SPLITS, _pil_array, _read_digit5, _read_image_tree, _stack, channel_stats
 from .indices import local_test_split
 from .tables import frame_arrays, load_hub, read_table_dir
 from .text import _plays, derive_shakespeare, select_roles, speaking_roles
 
-SPLITS = ("train", "test")
-_GREY_MODES = {"1", "L", "LA", "I", "I;16", "F"}
 _CACHE_VERSION = "v1"  # bump when the cached layout changes, so stale files are not reused
 SYNTHETIC_MAX_CLIENT_SIZE = 1000  # caps lognormal(4, 2) tails: ~240 examples per client on average
 
@@ -93,7 +89,6 @@ DATASETS: dict[str, Source] = {
 #: the run-config keys that shape a table or hub dataset (``load_dataset``'s ``options``)
 DATA_OPTIONS = ("label-column", "feature-columns", "text-column", "client-column", "seq-len",
                 "global-test-fraction", "hf-split", "hf-test-split")
-DIGIT5_DOMAINS = ("mnist", "mnistm", "svhn", "syn", "usps")
 
 
 def load_dataset(
@@ -124,57 +119,75 @@ def load_dataset(
         raise ValueError(f"unknown dataset {name!r}; allowed: {', '.join(DATASETS)} or 'hf:<hub id>'")
     if name == "synthetic":
         return make_synthetic(num_clients, seed, synthetic_alpha, synthetic_beta)
-    src = DATASETS[name]
     if name == "table":
-        path = Path(data_dir).expanduser()
-        if not data_dir or not path.is_dir():
-            raise FileNotFoundError(f"table needs data_dir pointing at a folder with train.csv or train.parquet "
-                                    f"(and optionally test.csv or test.parquet); got {data_dir!r}")
-        # "v2": a table cached before unlabelled rows were refused is read (and refused) again
-        arrays = _cached(name, f"v2:{_fingerprint(path)}:{sorted(opts.items())}", lambda: read_table_dir(path, opts))
-        return _dataset_of(name, arrays, augment=False)
+        return _dataset_of(name, _table_arrays(data_dir, opts), augment=False)
     if name in ("mnli", "shakespeare-pairs"):
         return _dataset_of(name, _prompt_pairs(name, data_dir), augment=False)
     if name == "shakespeare":
-        dirs = search_dirs(data_dir)
-        path = _find_local(name, dirs, tree="")
-        if path is None and data_dir and any(Path(data_dir).expanduser().glob("*.txt")):  # a site's own plays
-            path = Path(data_dir).expanduser()
-        if path is None:
-            raise FileNotFoundError(f"shakespeare is derived from the raw plays: <dir>/shakespeare.tar.gz, "
-                                    f"<dir>/shakespeare/*.txt or <dir>/*.txt; looked in {', '.join(map(str, dirs))}")
-        derived = _cached(name, f"leaf-v1:{_fingerprint(path)}", lambda: derive_shakespeare(path))
-        arrays = select_roles(derived, num_clients, seed)
-        return _dataset_of(name, arrays, augment=False)
-    if name == "imagefolder":
+        return _dataset_of(name, _shakespeare_arrays(data_dir, num_clients, seed), augment=False)
+    reader = {"imagefolder": _imagefolder_arrays, "digit5": _digit5_arrays}.get(name, _image_arrays)
+    return _dataset_of(name, reader(name, data_dir), DATASETS[name].augment)
+
+
+def _table_arrays(data_dir: str, opts: dict) -> dict:
+    """The user's train.csv / train.parquet (and test.*) in ``data_dir``."""
+    path = Path(data_dir).expanduser()
+    if not data_dir or not path.is_dir():
+        raise FileNotFoundError(f"table needs data_dir pointing at a folder with train.csv or train.parquet "
+                                f"(and optionally test.csv or test.parquet); got {data_dir!r}")
+    # "v2": a table cached before unlabelled rows were refused is read (and refused) again
+    return _cached("table", f"v2:{_fingerprint(path)}:{sorted(opts.items())}", lambda: read_table_dir(path, opts))
+
+
+def _shakespeare_arrays(data_dir: str, num_clients: int, seed: int) -> dict:
+    """LEAF's Shakespeare derived from the raw plays, ``num_clients`` roles drawn by ``seed``."""
+    name = "shakespeare"
+    dirs = search_dirs(data_dir)
+    path = _find_local(name, dirs, tree="")
+    if path is None and data_dir and any(Path(data_dir).expanduser().glob("*.txt")):  # a site's own plays
         path = Path(data_dir).expanduser()
-        if not data_dir or not path.exists():
-            raise FileNotFoundError(
-                f"imagefolder needs data_dir pointing at a directory with train/<label>/<file> "
-                f"(and optionally test/<label>/<file>) or a .tar.gz of it; got {data_dir!r}"
-            )
-        arrays = _cached(name, _fingerprint(path), lambda: _read_image_tree(path))
-    elif name == "digit5":
-        dirs = search_dirs(data_dir)
-        path = next((d / name for d in dirs if (d / name / DIGIT5_DOMAINS[0]).is_dir()), None)
-        if path is None:
-            raise FileNotFoundError(
-                f"digit5 is read from a local directory only: <dir>/digit5/<domain>/{{train,test}}/<digit>/<file> "
-                f"for the domains {', '.join(DIGIT5_DOMAINS)}; looked in {', '.join(map(str, dirs))}"
-            )
-        arrays = _cached(name, _fingerprint(path), lambda: _read_digit5(path))
-    else:
-        if data_dir and not Path(data_dir).expanduser().is_dir():
-            raise FileNotFoundError(f"data-dir {data_dir!r} is not a directory; set it to the folder holding "
-                                    f"{name}/train/<label>/<file> or {name}.tar.gz")
-        dirs = search_dirs(data_dir)
-        path = _find_local(name, dirs)
-        if path is not None:
-            arrays = _cached(name, _fingerprint(path), lambda: _read_image_tree(path))
-        else:
-            key = f"hub:{src.hub_id}:{src.hub_config}"
-            arrays = _cached(name, key, lambda: _read_hub(name, src, dirs))
-    return _dataset_of(name, arrays, src.augment)
+    if path is None:
+        raise FileNotFoundError(f"shakespeare is derived from the raw plays: <dir>/shakespeare.tar.gz, "
+                                f"<dir>/shakespeare/*.txt or <dir>/*.txt; looked in {', '.join(map(str, dirs))}")
+    derived = _cached(name, f"leaf-v1:{_fingerprint(path)}", lambda: derive_shakespeare(path))
+    return select_roles(derived, num_clients, seed)
+
+
+def _imagefolder_arrays(name: str, data_dir: str) -> dict:
+    """The user's own ImageFolder tree or archive at ``data_dir``."""
+    path = Path(data_dir).expanduser()
+    if not data_dir or not path.exists():
+        raise FileNotFoundError(
+            f"imagefolder needs data_dir pointing at a directory with train/<label>/<file> "
+            f"(and optionally test/<label>/<file>) or a .tar.gz of it; got {data_dir!r}"
+        )
+    return _cached(name, _fingerprint(path), lambda: _read_image_tree(path))
+
+
+def _digit5_arrays(name: str, data_dir: str) -> dict:
+    """Digit-5's five domains, from a local directory only."""
+    dirs = search_dirs(data_dir)
+    path = next((d / name for d in dirs if (d / name / DIGIT5_DOMAINS[0]).is_dir()), None)
+    if path is None:
+        raise FileNotFoundError(
+            f"digit5 is read from a local directory only: <dir>/digit5/<domain>/{{train,test}}/<digit>/<file> "
+            f"for the domains {', '.join(DIGIT5_DOMAINS)}; looked in {', '.join(map(str, dirs))}"
+        )
+    return _cached(name, _fingerprint(path), lambda: _read_digit5(path))
+
+
+def _image_arrays(name: str, data_dir: str) -> dict:
+    """An image dataset of ``DATASETS``: its local tree or archive, else the hub."""
+    if data_dir and not Path(data_dir).expanduser().is_dir():
+        raise FileNotFoundError(f"data-dir {data_dir!r} is not a directory; set it to the folder holding "
+                                f"{name}/train/<label>/<file> or {name}.tar.gz")
+    dirs = search_dirs(data_dir)
+    path = _find_local(name, dirs)
+    if path is not None:
+        return _cached(name, _fingerprint(path), lambda: _read_image_tree(path))
+    src = DATASETS[name]
+    key = f"hub:{src.hub_id}:{src.hub_config}"
+    return _cached(name, key, lambda: _read_hub(name, src, dirs))
 
 
 def _prompt_pairs(name: str, data_dir: str) -> dict:
@@ -347,107 +360,6 @@ def _cached(name: str, key: str, build) -> dict:
 
 
 # --------------------------------------------------------------------------- decoding
-
-
-def _pil_array(img: Image.Image) -> np.ndarray:
-    """(H, W, C) uint8 with C = 1 for grey images and 3 otherwise."""
-    a = np.asarray(img.convert("L" if img.mode in _GREY_MODES else "RGB"))
-    return a[..., None] if a.ndim == 2 else a
-
-
-def _decode(data: bytes, where: str) -> np.ndarray:
-    try:
-        return _pil_array(Image.open(io.BytesIO(data)))
-    except (OSError, ValueError) as err:  # PIL's UnidentifiedImageError is an OSError
-        raise ValueError(f"cannot decode image {where}: {err}") from None
-
-
-def _stack(images: list[np.ndarray], where: str, channels: int = 0) -> torch.Tensor:
-    """(N, C, H, W) uint8; grey images are widened to RGB when the set (or, through ``channels``,
-    the other split) mixes both."""
-    c = max([channels, *(a.shape[2] for a in images)])
-    images = [np.repeat(a, c, axis=2) if a.shape[2] != c else a for a in images]
-    if len({a.shape for a in images}) > 1:
-        raise ValueError(f"images in {where} have different sizes; resize them to one size first")
-    return torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).contiguous()
-
-
-def _iter_tree(path: Path):
-    """Yield (split, label, file name, encoded bytes) from an ImageFolder directory or archive.
-
-    Archives are streamed member by member: extracting 60k small files would cost more than
-    decoding them.
-    """
-    if path.is_file():
-        with tarfile.open(path, "r:*") as tar:
-            for member in tar:
-                parts = PurePosixPath(member.name).parts
-                if member.isfile() and len(parts) >= 3 and parts[-3] in SPLITS and parts[-1][0] != ".":
-                    yield parts[-3], parts[-2], parts[-1], tar.extractfile(member).read()
-        return
-    for split in SPLITS:
-        for label_dir in sorted(p for p in (path / split).glob("*") if p.is_dir()):
-            for f in sorted(label_dir.iterdir()):
-                if f.is_file() and not f.name.startswith("."):
-                    yield split, label_dir.name, f.name, f.read_bytes()
-
-
-def _read_image_tree(path: Path) -> dict:
-    """Decode an ImageFolder tree/archive; labels index the sorted label folder names."""
-    items = {s: [] for s in SPLITS}
-    for split, label, fname, data in _iter_tree(path):
-        items[split].append((label, fname, _decode(data, f"{path}/{split}/{label}/{fname}")))
-    if not items["train"]:
-        raise FileNotFoundError(f"no images under {path} in the layout train/<label>/<file>")
-    names = sorted({label for s in SPLITS for label, _, _ in items[s]})
-    arrays: dict = {"num_classes": len(names), "classes": names, "train_client": None, "test_client": None}
-    channels = max(a.shape[2] for s in SPLITS for _, _, a in items[s])  # grey and RGB splits: both RGB
-    for split in SPLITS:
-        rows = sorted(items[split], key=lambda r: (r[0], r[1]))
-        arrays[f"{split}_y"] = torch.tensor([names.index(r[0]) for r in rows], dtype=torch.int64)
-        arrays[f"{split}_x"] = (
-            _stack([r[2] for r in rows], str(path), channels)
-            if rows
-            else torch.zeros((0, *arrays["train_x"].shape[1:]), dtype=torch.uint8)
-        )
-    arrays["mean"], arrays["std"] = channel_stats(arrays["train_x"])
-    return arrays
-
-
-def _read_digit5(path: Path, size: int = 32) -> dict:
-    """Digit-5 (MNIST, MNIST-M, SVHN, SynDigits, USPS; HCCT's feature-skew task) from
-    ``path/<domain>/{train,test}/<digit>/<file>``: every image resized to size x size RGB, labels the
-    digit folder names, and the domain index as each example's natural client id."""
-    parts: dict[str, list] = {f"{s}_{k}": [] for s in SPLITS for k in ("x", "y", "client")}
-    for d, domain in enumerate(DIGIT5_DOMAINS):
-        if not (path / domain).is_dir():
-            raise FileNotFoundError(f"digit5: missing domain folder {path / domain}")
-        for split, label, _, data in _iter_tree(path / domain):
-            img = Image.open(io.BytesIO(data)).convert("RGB").resize((size, size), Image.BILINEAR)
-            parts[f"{split}_x"].append(np.asarray(img))
-            parts[f"{split}_y"].append(int(label))
-            parts[f"{split}_client"].append(d)
-    arrays: dict = {"num_classes": 10}
-    for split in SPLITS:
-        arrays[f"{split}_x"] = _stack(parts[f"{split}_x"], str(path))
-        arrays[f"{split}_y"] = torch.tensor(parts[f"{split}_y"], dtype=torch.int64)
-        arrays[f"{split}_client"] = torch.tensor(parts[f"{split}_client"], dtype=torch.int64)
-    arrays["mean"], arrays["std"] = channel_stats(arrays["train_x"])
-    return arrays
-
-
-def channel_stats(x: torch.Tensor) -> tuple[list[float], list[float]]:
-    """Per-channel mean/std of uint8 images on the [0, 1] scale, from value histograms
-    (exact, and without materialising a float copy of the whole set)."""
-    values = torch.arange(256, dtype=torch.float64) / 255
-    mean, std = [], []
-    for c in range(x.shape[1]):
-        p = torch.bincount(x[:, c].reshape(-1), minlength=256).double()
-        p /= p.sum()
-        m = float((p * values).sum())
-        mean.append(m)
-        std.append(float((p * (values - m) ** 2).sum().sqrt()))
-    return mean, std
 
 
 def _hub_reachable() -> bool:

@@ -59,6 +59,6 @@ def wake() -> bool:
         if _HOOKED is None:
             return False
         _hook(_HOOKED[1])
-        log(INFO, "Flower's simulation engine takes each exchange's messages as they are pushed (fedapp.core.pickup)")
+        log(INFO, "Flower's simulation engine takes each exchange's messages as they are pushed (fedapp.server.pickup)")
     _PUSHED.set()
     return True
