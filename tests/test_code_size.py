@@ -9,13 +9,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("fedapp", "strategies", "clients")
 MAX_CLASS, MAX_FUNCTION, MAX_MODULE = 300, 40, 500
 
-#: over a limit today, in files being rewritten elsewhere; each entry leaves this set once its file
-#: meets the limits (``test_known_oversize_is_still_over`` says when)
-KNOWN_OVERSIZE = {
-    "module fedapp/runtime/launch.py",
-    "function fedapp/runtime/launch.py:launch",
-}
-
 
 def oversize(root: Path = ROOT) -> set[str]:
     """Every module, class and function of the product over its limit, as ``kind path[:name]``."""
@@ -36,12 +29,7 @@ def oversize(root: Path = ROOT) -> set[str]:
 
 
 def test_no_product_class_function_or_module_over_its_limit():
-    assert oversize() - KNOWN_OVERSIZE == set()
-
-
-def test_known_oversize_is_still_over():
-    """An entry of ``KNOWN_OVERSIZE`` whose code now meets the limits is taken out of it."""
-    assert KNOWN_OVERSIZE - oversize() == set()
+    assert oversize() == set()
 
 
 def test_limits_are_measured_as_said(tmp_path):
