@@ -27,6 +27,7 @@ continues the count from its checkpointed rows.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable
 from logging import WARNING
 from typing import Any, Protocol
@@ -213,9 +214,22 @@ def epsilon(multipliers: Iterable[float], delta: float) -> float:
     if any(z <= 0 for z in multipliers):
         return math.inf
     accountant = RdpAccountant()  # add-or-remove-one by default
-    for z in multipliers:
-        accountant.compose(dp_event.GaussianDpEvent(z))
+    for z, count in Counter(multipliers).items():
+        accountant.compose(dp_event.GaussianDpEvent(z), count)
     return float(accountant.get_epsilon(delta))
+
+
+def noise_for_target(target: float, delta: float, rounds: int) -> float:
+    """The noise multiplier z whose ``rounds`` releases compose to ``target`` epsilon at ``delta`` by
+    :func:`epsilon`'s accountant (``dp-target-epsilon``): bisection on z, epsilon falling as z grows,
+    to within 1e-6 of z above the target's z (so the epsilon spent is at most the target)."""
+    lo, hi = 0.0, 1.0
+    while epsilon([hi] * rounds, delta) > target:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1e-6 * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if epsilon([mid] * rounds, delta) > target else (lo, mid)
+    return hi
 
 
 def private_round(strategy: Wrapped, server_round: int, grid: Grid) -> dict[str, Any]:

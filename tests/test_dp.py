@@ -4,6 +4,7 @@ strategies, their refusals at preflight, and the epsilon of the rounds' rows."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -247,3 +248,21 @@ def test_dp_clips_replies_that_went_to_disk(monkeypatch):
     for (_, got, mean), (_, want, want_mean) in zip(spilled, held):
         assert len(got) == 4 and all(norm(u) == pytest.approx(1e-3, rel=1e-5) for u in got)
         assert all(torch.equal(mean[k], want_mean[k]) for k in want_mean)
+
+
+def test_dp_target_epsilon_solves_the_noise(caplog):
+    """``dp-target-epsilon``: the server solves z for the planned rounds; a run whose every round
+    releases with z spends the target to the accountant's precision (and no more), its rows carry that
+    z, and the setting is refused without ``dp`` or beside a multiplier of one's own."""
+    rc = {**SMALL, "strategy": "fedavg", "dp": "server-fixed", "dp-target-epsilon": 8.0, "num-server-rounds": 3}
+    with caplog.at_level("INFO"):
+        run = run_local(rc)
+    z = privacy.noise_for_target(8.0, 1e-5, 3)
+    assert [r["dp-release-multiplier"] for r in run.history[1:]] == pytest.approx([z] * 3)
+    assert 8.0 - 1e-3 < run.history[-1]["dp-epsilon"] <= 8.0
+    assert privacy.epsilon([z * 0.999] * 3, 1e-5) > 8.0  # the smallest noise that keeps to the target
+    assert f"noise multiplier {z:.4f} spends epsilon 8" in caplog.text
+    assert re.search(r"round 3/3 \|.* dp-epsilon (7\.99|8\.00)", caplog.text)  # the progress line
+    for extra, needle in (({"dp": "none"}, "needs 'dp'"), ({"dp-noise-multiplier": 2.0}, "both set the noise")):
+        with pytest.raises(ConfigError, match=needle):
+            preflight.check({**rc, **extra})

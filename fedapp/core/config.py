@@ -154,8 +154,16 @@ COMMON_KEYS: tuple[Key, ...] = (
         "only: its class shares are fixed) and the client trains on its whole partition.", ("split", "test-split")),
     Key("model", str, "mlp", "Model: a built-in name, or '<module>:<callable>', any importable callable that "
         "returns a torch.nn.Module, called as callable(input_shape, num_classes) (text: also vocab_size=, "
-        "seq_len=); input shape and class count follow the dataset.", _models,
+        "seq_len=), or as callable() where it takes no argument (a quickstart's Net); input shape and class "
+        "count follow the dataset.", _models,
         also=("'<module>:<callable>'", lambda v: v.count(":") == 1 and all(v.split(":")))),
+    Key("input-shape", str, "", "Shape of one example ('3,32,32' for images, '784' for features): with "
+        "num-classes, a server that evaluates nothing centrally (central-eval = false) builds the model from "
+        "these instead of loading data of its own (a deployment's server); every client's data must have this "
+        "shape. '' follows the dataset.", ("",),
+        also=("comma-separated positive integers", lambda v: all(p.strip().isdigit() and int(p) > 0
+                                                                  for p in v.split(",")))),
+    Key("num-classes", int, 0, "Classes the model outputs, with input-shape; 0 follows the dataset.", low=0),
     Key("head-modules", str, "", "Comma-separated names of the model's head modules, where an algorithm splits "
         "body and head (FedALS, FedRep, HCCT-P); '' the model's own `head` declaration, or the last layer of a "
         "built-in model."),
@@ -249,6 +257,9 @@ COMMON_KEYS: tuple[Key, ...] = (
         "updates gets Gaussian noise of std z C / n (adaptive: z covers the noised clipped count too).", low=0.0),
     Key("dp-clipping-norm", float, 1.0, "dp: L2 norm C every update is clipped to (adaptive: its initial value).",
         low=0.0, low_open=True),
+    Key("dp-target-epsilon", float, 0.0, "dp: the epsilon (at dp-delta) the run may spend over its num-server-rounds: "
+        "the server solves the noise multiplier for it with the accountant that counts dp-epsilon, in place of "
+        "dp-noise-multiplier; 0 keeps dp-noise-multiplier.", low=0.0),
     Key("dp-delta", float, 1e-5, "dp: delta at which the rounds' dp-epsilon is reported.", low=0.0, high=0.5,
         low_open=True),
     Key("dp-target-clipped-quantile", float, 0.5, "dp adaptive: quantile of the update norms the clipping norm "
@@ -309,6 +320,18 @@ def resolve_paths(values: dict[str, Any]) -> None:
             values[name] = str(base / values[name])
 
 
+def own_keys(run_config: Mapping[str, Any], keys: Mapping[str, Key]) -> list[str]:
+    """The keys of ``run_config`` that belong to the app fedapp runs in, not to fedapp: ``<prefix>.<name>``
+    under a prefix none of ``keys`` has nor resembles (``myapp.batch-size``). fedapp reads none of them;
+    the app's own code reads them from its Context. A key under a misspelt prefix (``pefl.k``) is not
+    one: it is refused as unknown, with the prefix it resembles."""
+    import difflib
+
+    prefixes = {k.split(".", 1)[0] for k in keys if "." in k}
+    return sorted(k for k in run_config if k not in keys and "." in k
+                  and not difflib.get_close_matches(k.split(".", 1)[0], prefixes, n=1, cutoff=0.75))
+
+
 def parse_common(run_config: Mapping[str, Any], keys: Mapping[str, Key] | None = None) -> RunConfig:
     """Validate ``run_config`` (missing keys take defaults) against ``keys`` (default: the common
     keys; ``fedapp.runtime.registry.parse_run_config`` passes every algorithm's too) into a RunConfig without
@@ -317,7 +340,7 @@ def parse_common(run_config: Mapping[str, Any], keys: Mapping[str, Key] | None =
     Raises ConfigError for an unknown key, a bad value or an inconsistent pair of common keys.
     """
     keys = {k.name: k for k in COMMON_KEYS} if keys is None else keys
-    unknown = sorted(set(run_config) - set(keys))
+    unknown = sorted(set(run_config) - set(keys) - set(own_keys(run_config, keys)))
     if unknown:
         import difflib
 
@@ -341,6 +364,9 @@ def parse_common(run_config: Mapping[str, Any], keys: Mapping[str, Key] | None =
     if cfg.local_test == "test-split" and cfg.partition != "half-classes":
         raise ConfigError(f"run config 'local-test' = 'test-split' needs partition 'half-classes' (fixed class shares), "
                           f"not {cfg.partition!r}")
+    if bool(cfg.input_shape) != bool(cfg.num_classes):
+        raise ConfigError(f"run config 'input-shape' = {cfg.input_shape!r} and 'num-classes' = {cfg.num_classes} "
+                          "go together: set both, or neither to follow the dataset")
     if cfg.trim_fraction >= 0.5:
         raise ConfigError(f"run config 'trim-fraction' = {cfg.trim_fraction} is invalid: allowed is a float in [0, 0.5)")
     return cfg

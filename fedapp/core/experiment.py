@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedapp.core.config import RunConfig
+from fedapp.core.config import ConfigError, RunConfig
 from fedapp.core.data import Dataset, load_dataset, local_test_split, split_seen_unseen
 from fedapp.core.data.sources import DATA_OPTIONS, cache_dir
 from fedapp.core.models import build_model
@@ -215,10 +215,40 @@ def unseen_clients(cfg: RunConfig) -> frozenset[int]:
     return frozenset(split_seen_unseen(cfg.num_clients, cfg.unseen_fraction, cfg.seed)[1])
 
 
+def declared_shape(cfg: RunConfig) -> tuple[int, ...] | None:
+    """The shape of one example as ``input-shape`` declares it; None where the data says."""
+    return tuple(int(p) for p in cfg.input_shape.split(",")) if cfg.input_shape else None
+
+
+def declared_dataset(cfg: RunConfig) -> Dataset:
+    """A dataset with no examples, of the ``input-shape`` and ``num-classes`` declared: what a server
+    that evaluates nothing centrally builds its model from, without data of its own."""
+    shape = declared_shape(cfg)
+    empty = torch.empty(0, dtype=torch.int64)
+    return Dataset(cfg.dataset, torch.zeros((0, *shape)), empty, torch.zeros((0, *shape)), empty, cfg.num_classes,
+                   (), (), False)
+
+
+def server_dataset(cfg: RunConfig, local: bool) -> Dataset:
+    """The data the server holds: the configured dataset, or, where it needs none (not ``local``, the
+    clients elsewhere, central evaluation off, the shapes declared), ``declared_dataset``."""
+    if local or cfg.central_eval or not cfg.input_shape:
+        return dataset(cfg)
+    return declared_dataset(cfg)
+
+
 def model_for(cfg: RunConfig, ds: Dataset | ClientData | None = None) -> torch.nn.Module:
     """The configured model for the data of ``ds`` (the dataset, or a client's data), initialised from
-    the run seed (identical on server and clients)."""
+    the run seed (identical on server and clients). Data of another shape than ``input-shape``
+    declares is refused: the server built its model for that."""
     ds = ds or dataset(cfg)
+    if (shape := declared_shape(cfg)) and ds.vocab_size:
+        raise ConfigError(f"run config 'input-shape' = {cfg.input_shape!r} declares image or feature data, and "
+                          f"dataset {cfg.dataset!r} is text (token ids): leave it and 'num-classes' out")
+    if shape and (tuple(ds.input_shape), ds.num_classes) != (shape, cfg.num_classes):
+        raise ConfigError(f"run config 'input-shape' = {cfg.input_shape!r} and 'num-classes' = {cfg.num_classes} "
+                          f"do not fit the data: its examples have shape {','.join(map(str, ds.input_shape))} "
+                          f"and {ds.num_classes} classes")
     torch.manual_seed(cfg.seed)
     return build_model(cfg.model, ds.input_shape, ds.num_classes, vocab_size=ds.vocab_size,
                        seq_len=ds.input_shape[0] if ds.vocab_size else None, head_modules=cfg.head_modules)

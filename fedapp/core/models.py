@@ -9,6 +9,7 @@ and ``layer_groups`` can derive layers by walking ``named_modules()`` without tr
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
 from typing import Callable
 
@@ -276,16 +277,30 @@ def factory(name: str) -> Callable[..., nn.Module]:
     return obj
 
 
+def takes_shapes(build: Callable[..., nn.Module]) -> bool:
+    """Whether a model factory is called with ``(input_shape, num_classes)``: one with a required
+    parameter is; one whose parameters all have defaults (a quickstart's ``Net()``) is called with
+    none and sizes the model by its own code."""
+    try:
+        inspect.signature(build).bind()
+    except TypeError:
+        return True
+    except ValueError:  # no signature to read (a builtin): the shapes, as to a built-in model
+        return True
+    return False
+
+
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *, vocab_size: int | None = None,
                 seq_len: int | None = None, head_modules: str = "") -> nn.Module:
     """Instantiate ``name`` sized for the dataset: ``factory(name)(input_shape, num_classes)``, plus
-    ``vocab_size=`` and ``seq_len=`` for text data (token ids). ``head_modules`` (run config
+    ``vocab_size=`` and ``seq_len=`` for text data (token ids); a factory that needs no argument
+    (``takes_shapes``) is called with none. ``head_modules`` (run config
     ``head-modules``, comma-separated module names) declares the model's head, overriding its own."""
     build = factory(name)
     text = {"vocab_size": vocab_size, "seq_len": seq_len} if vocab_size is not None else {}
     if not is_own(name) and name not in TEXT_MODELS:
         text = {}  # the image and feature models take neither
-    model = build(tuple(input_shape), num_classes, **text)
+    model = build(tuple(input_shape), num_classes, **text) if takes_shapes(build) else build()
     if not isinstance(model, nn.Module):
         raise ValueError(f"{name!r} returned a {type(model).__name__}, not a torch.nn.Module")
     return declare_head(model, head_modules)

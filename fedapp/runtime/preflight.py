@@ -15,7 +15,7 @@ import importlib.util
 import os
 import tempfile
 from collections.abc import Mapping
-from logging import WARNING
+from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +23,12 @@ import torch
 from flwr.common import log
 
 from fedapp.runtime import checkpoint, registry
-from fedapp.core.config import ConfigError, RunConfig
+from fedapp.core.config import ConfigError, RunConfig, own_keys
 from fedapp.runtime.registry import defaults, parse_run_config
 from fedapp.core.data import Dataset, local_test_split, prepare, split_seen_unseen
 from fedapp.core.data.sources import synthetic_bytes
 from fedapp.core.data.tables import ColumnError
-from fedapp.core.experiment import dataset, model_for, partitions
+from fedapp.core.experiment import dataset, declared_dataset, model_for, partitions
 
 
 def check_device(cfg: RunConfig) -> None:
@@ -91,11 +91,12 @@ def check_model(cfg: RunConfig, ds: Dataset) -> torch.nn.Module:
                           f"({type(err).__name__}: {first})") from None
     try:
         model.eval()
+        # a server without data (``declared_dataset``) tries zeros of the declared shape
+        x = ds.train_x[:2] if len(ds.train_y) else torch.zeros((2, *ds.input_shape))
         with torch.no_grad():
-            out = model(prepare(ds.train_x[:2], ds.mean, ds.std))
+            out = model(prepare(x, ds.mean, ds.std))
         # a causal language model (fedapp/core/llm.py) gives next-token logits and scores its own inputs
-        shape = (min(2, len(ds.train_y)), ds.num_classes) if not getattr(model, "causal_lm", False) else \
-            (min(2, len(ds.train_y)), *out.shape[1:])
+        shape = (len(x), ds.num_classes) if not getattr(model, "causal_lm", False) else (len(x), *out.shape[1:])
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != shape:
             raise ValueError(f"it gives outputs of shape {tuple(getattr(out, 'shape', ()))}, not (batch, "
                              f"{ds.num_classes} classes)")
@@ -183,12 +184,16 @@ def check_aggregation(cfg: RunConfig) -> None:
                               f"'krum-byzantine' = {f}: Multi-Krum averages at most n - f; allowed is 1..{n - f}")
 
 
-def check_privacy(cfg: RunConfig) -> None:
+def check_privacy(cfg: RunConfig) -> RunConfig:
     """``dp`` only where it is sound (strategies.privacy: the strategy's update is the plain mean of its
     replies' models, combined by the mean), with its accountant installed, and adaptive clipping's
-    noise split possible (Flower's wrapper needs dp-clipped-count-stddev > dp-noise-multiplier / 2)."""
+    noise split possible (Flower's wrapper needs dp-clipped-count-stddev > dp-noise-multiplier / 2).
+    ``dp-target-epsilon``: the run config with the noise multiplier solved for it."""
     if cfg.dp == "none":
-        return
+        if cfg.dp_target_epsilon:
+            raise ConfigError(f"run config 'dp-target-epsilon' = {cfg.dp_target_epsilon} needs 'dp' (a clipping "
+                              "mode), not 'none'")
+        return cfg
     from strategies import privacy
 
     if why := privacy.refusal(cfg.strategy):
@@ -200,6 +205,8 @@ def check_privacy(cfg: RunConfig) -> None:
     if importlib.util.find_spec("dp_accounting") is None:
         raise ConfigError(f"run config 'dp' = {cfg.dp!r} needs the dp-accounting package for its privacy "
                           "accountant: pip install -e '.[dp]'")
+    if cfg.dp_target_epsilon:
+        cfg = target_noise(cfg)
     n, z = privacy.planned_sample(cfg), cfg.dp_noise_multiplier
     sigma = cfg.dp_clipped_count_stddev or n / 20
     if cfg.dp.endswith("adaptive") and z > 0 and z >= 2 * sigma:
@@ -207,6 +214,21 @@ def check_privacy(cfg: RunConfig) -> None:
                           f"'dp-noise-multiplier' = {z}: adaptive clipping needs a count noise std above z / 2 = "
                           f"{z / 2:g}" + ("" if cfg.dp_clipped_count_stddev else
                                           f" (0 takes n / 20 = {n / 20:g}, n = {n} clients a round)"))
+    return cfg
+
+
+def target_noise(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with ``dp-noise-multiplier`` solved for ``dp-target-epsilon`` over ``num-server-rounds``
+    releases (``strategies.privacy.noise_for_target``), logged; refused beside a multiplier of one's own."""
+    from strategies import privacy
+
+    if cfg.dp_noise_multiplier != defaults()["dp-noise-multiplier"]:
+        raise ConfigError(f"run config 'dp-target-epsilon' = {cfg.dp_target_epsilon} and 'dp-noise-multiplier' = "
+                          f"{cfg.dp_noise_multiplier} both set the noise: keep one")
+    z = privacy.noise_for_target(cfg.dp_target_epsilon, cfg.dp_delta, cfg.num_server_rounds)
+    log(INFO, "dp: noise multiplier %.4f spends epsilon %g at delta %g over %d rounds (dp-target-epsilon)",
+        z, cfg.dp_target_epsilon, cfg.dp_delta, cfg.num_server_rounds)
+    return cfg.replace(dp_noise_multiplier=z)
 
 
 def check_defence(cfg: RunConfig) -> None:
@@ -241,16 +263,18 @@ def check(run_config: Mapping[str, Any], local: bool = True, base: Path | None =
     machine from this run config's data (a simulation), so device and partitions are checked;
     ``base``: what a relative ``results-dir`` is relative to (default: the working directory)."""
     cfg = parse_run_config(run_config)
+    if own := own_keys(run_config, registry.all_keys()):
+        log(INFO, "run config key(s) %s: the app's own, which fedapp passes on and does not read", ", ".join(own))
     check_sizes(cfg)
     check_aggregation(cfg)
-    check_privacy(cfg)
+    cfg = check_privacy(cfg)
     check_defence(cfg)
     warn_foreign_keys(cfg)
     check_app_dir(cfg)
     check_results_dir(cfg, base)
     if local:
         check_device(cfg)
-    ds = load_data(cfg)
+    ds = load_data(cfg) if local or cfg.central_eval or not cfg.input_shape else declared_dataset(cfg)
     check_model(cfg, ds)
     if local:
         check_partitions(cfg, ds)

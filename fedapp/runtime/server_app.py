@@ -12,7 +12,7 @@ from fedapp.runtime import checkpoint, preflight, registry
 from fedapp.server import sites
 from fedapp.core.compat import flower_grids, superlink_parser
 from fedapp.core.config import ConfigError, RunConfig
-from fedapp.core.experiment import dataset, model_for, partitions
+from fedapp.core.experiment import dataset, model_for, partitions, server_dataset
 from fedapp.core.files import DiskFull
 from fedapp.runtime.results import ResultsWriter
 from fedapp.runtime.watchdog import ancestor
@@ -44,9 +44,10 @@ def superlink_authenticates(pid: int | None = None) -> bool:
         return False
 
 
-def build_strategy(cfg: RunConfig):
-    """The configured strategy with its initial model and the global test set."""
-    ds = dataset(cfg)
+def build_strategy(cfg: RunConfig, local: bool = True):
+    """The configured strategy with its initial model and the global test set (``server_dataset``: none
+    where a deployment's server declares the shapes and evaluates nothing centrally)."""
+    ds = server_dataset(cfg, local)
     return registry.get(cfg.strategy).strategy(cfg, model_for(cfg, ds), ds)
 
 
@@ -61,7 +62,7 @@ def run(grid: Grid, run_config):
     if cfg.site_keys and simulated(grid):
         raise ConfigError("run config 'site-keys' binds partitions to SuperNode keys: a simulation's clients have "
                           "none; leave it out")
-    strategy = build_strategy(cfg)
+    strategy = build_strategy(cfg, simulated(grid))
     if cfg.site_keys:
         strategy.driver.nodes.sites = sites.load(cfg.site_keys, cfg.num_clients)
     elif not simulated(grid) and superlink_authenticates():

@@ -177,7 +177,7 @@ def row_line(row: dict[str, Any], num_rounds: int) -> str:
         left = row["wall-time"] / row["round"] * (num_rounds - row["round"])
         parts.append(f"elapsed {row['wall-time']:.0f} s, about {left:.0f} s left")
     for key in ("train-loss", "central-accuracy", "fed-accuracy", "fed-unseen-accuracy", "train-bytes-down",
-                "train-bytes-up", "round-seconds"):
+                "train-bytes-up", "round-seconds", "dp-epsilon"):
         if key in row:
             v = row[key]
             parts.append(f"{key} {v:.4f}" if isinstance(v, float) else f"{key} {v}")
