@@ -164,25 +164,20 @@ class FedALSScaffoldClient(FedALSClient):
         return {**super().reply(payload, config), "control-delta": self.scaffold.delta}
 
 
-#: fedals's run-config keys (``fedals.<key>``)
-FEDALS = Settings(
-    "fedals",
-    keys=(
-        Key("alpha", int, 10, "Body averaging period in rounds (alpha = 1 is FedAvg).", low=1),
-        Key("body-layers", int, 0, "L: leading layers in the body phi; 0 = the conv layers (all but the last "
-            "layer for a model without convs).", low=0),
-        Key("layer-groups", str, "layers", "What body-layers counts: layers (every Conv/Linear) or authors "
-            "(their ResNet-20 grouping: a shortcut conv joins its block's second conv; 20 layers).",
-            ("layers", "authors")),
-        Key("scaffold-variant", str, "algorithm4", "fedals-scaffold only: algorithm4 (the paper's Algorithm 4), "
-            "authors (their code as it runs: separate momentum-free control step, x_pre shares the model so "
-            "the control variates freeze after a client's first sync) or authors-copy (the same with a real copy).",
-            ("algorithm4", "authors", "authors-copy")),
-        Key("nesterov", bool, False, "Nesterov momentum (the paper's Table 4) instead of heavy-ball (the authors' code)."),
-    ),
-    client_keys=("body-layers", "layer-groups", "nesterov"),
-)
-#: fedals-scaffold's: FedALS's keys, and its clients also read the scaffold variant
-FEDALS_SCAFFOLD = FEDALS._replace(client_keys=FEDALS.client_keys + ("scaffold-variant",))
+BODY_LAYERS = Key("body-layers", int, 0, "L: leading layers in the body phi; 0 = the conv layers (all but the last "
+                  "layer for a model without convs).", low=0)
+LAYER_GROUPS = Key("layer-groups", str, "layers", "What body-layers counts: layers (every Conv/Linear) or authors "
+                   "(their ResNet-20 grouping: a shortcut conv joins its block's second conv; 20 layers).",
+                   ("layers", "authors"))
+NESTEROV = Key("nesterov", bool, False,
+               "Nesterov momentum (the paper's Table 4) instead of heavy-ball (the authors' code).")
+SCAFFOLD_VARIANT = Key("scaffold-variant", str, "algorithm4",
+                       "fedals-scaffold only: algorithm4 (the paper's Algorithm 4), authors (their code as it runs: "
+                       "separate momentum-free control step, x_pre shares the model so the control variates freeze "
+                       "after a client's first sync) or authors-copy (the same with a real copy).",
+                       ("algorithm4", "authors", "authors-copy"))
+#: the run-config keys fedals's clients read (``fedals.<key>``); fedals-scaffold's also read the scaffold variant
+FEDALS = Settings("fedals", keys=(BODY_LAYERS, LAYER_GROUPS, NESTEROV))
+FEDALS_SCAFFOLD = Settings("fedals", keys=(*FEDALS.keys, SCAFFOLD_VARIANT))
 
 ALGORITHMS = {"fedals": (FEDALS, FedALSClient), "fedals-scaffold": (FEDALS_SCAFFOLD, FedALSScaffoldClient)}

@@ -1,26 +1,15 @@
 """FedAvg client: the shared SGD loop with no algorithm terms."""
 
 from clients.base import FedClient
-from clients.keys import LR_DECAY, Settings
-from fedapp.core.config import Key
+from clients.keys import Settings
 
 
 class FedAvgClient(FedClient):
     """K local SGD steps from the received global model; replies with the local model."""
 
 
-#: fedadam's run-config keys (``fedadam.<key>``)
-FEDADAM = Settings(
-    "fedadam",
-    keys=(
-        Key("eta", float, 0.01, "Server learning rate eta.", low=0.0, low_open=True),
-        Key("beta-1", float, 0.9, "First-moment decay beta_1.", low=0.0, high=1.0),
-        Key("beta-2", float, 0.99, "Second-moment decay beta_2.", low=0.0, high=1.0),
-        Key("tau", float, 1e-3, "Adaptivity tau.", low=0.0, low_open=True),
-        LR_DECAY,
-    ),
-)
-#: fedavg's run-config keys (``fedavg.<key>``)
-FEDAVG = Settings("fedavg", keys=(LR_DECAY,))
+#: fedadam's and fedavg's prefixes: their clients read no key of their own (the server's are in strategies/)
+FEDADAM = Settings("fedadam")
+FEDAVG = Settings("fedavg")
 
 ALGORITHMS = {"fedadam": (FEDADAM, FedAvgClient), "fedavg": (FEDAVG, FedAvgClient)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from clients.base import FedClient
-from clients.keys import ALPHA, DECAY_IN_MIX, LR_DECAY, Settings
+from clients.keys import ALPHA, DECAY_IN_MIX, Settings
 from fedapp.core.records import Payload, Tensors
 
 
@@ -44,7 +44,7 @@ class FedCMClient(FedClient):
                 p.grad.add_(p, alpha=decay).mul_(alpha).add_(self.direction[k], alpha=1.0 - alpha)
 
 
-#: fedcm's run-config keys (``fedcm.<key>``)
-FEDCM = Settings("fedcm", keys=(ALPHA, DECAY_IN_MIX, LR_DECAY), client_keys=("alpha", "decay-in-mix"))
+#: the run-config keys fedcm's clients read (``fedcm.<key>``)
+FEDCM = Settings("fedcm", keys=(ALPHA, DECAY_IN_MIX))
 
 ALGORITHMS = {"fedcm": (FEDCM, FedCMClient)}

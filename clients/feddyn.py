@@ -6,7 +6,7 @@ import torch
 
 from clients.base import saved_or_zeros
 from clients.fedprox import FedProxClient
-from clients.keys import BETA, LR_DECAY, Settings
+from clients.keys import BETA, Settings
 from fedapp.core.records import Payload, Tensors
 
 
@@ -48,7 +48,7 @@ class FedDynClient(FedProxClient):
         self.state["dual"] = {k: (self.dual[k] - (w_i[k] - self.anchor[k]) / beta).cpu() for k in w_i}
 
 
-#: feddyn's run-config keys (``feddyn.<key>``)
-FEDDYN = Settings("feddyn", keys=(BETA, LR_DECAY), client_keys=("beta",))
+#: the run-config keys feddyn's clients read (``feddyn.<key>``)
+FEDDYN = Settings("feddyn", keys=(BETA,))
 
 ALGORITHMS = {"feddyn": (FEDDYN, FedDynClient)}

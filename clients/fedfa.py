@@ -17,7 +17,7 @@ class FedFAClient(FedClient):
         return {"train-accuracy": self.received_accuracy}
 
 
-#: fedfa's run-config keys: none of its own (FedAvg's prefix, as the base strategy's)
+#: fedfa's prefix: FedAvg's, as the base strategy's; its clients read no key of their own
 FEDFA = Settings("fedavg")
 
 ALGORITHMS = {"fedfa": (FEDFA, FedFAClient)}

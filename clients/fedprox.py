@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from clients.base import FedClient
-from clients.keys import LR_DECAY, Settings
+from clients.keys import Settings
 from fedapp.core.config import Key
 from fedapp.core.records import Payload, Tensors
 
@@ -33,11 +33,7 @@ class FedProxClient(FedClient):
             p.grad.add_(p.detach() - self.anchor[k], alpha=mu)
 
 
-#: fedprox's run-config keys (``fedprox.<key>``)
-FEDPROX = Settings(
-    "fedprox",
-    keys=(Key("proximal-mu", float, 0.01, "Proximal coefficient mu.", low=0.0), LR_DECAY),
-    client_keys=("proximal-mu",),
-)
+#: the run-config keys fedprox's clients read (``fedprox.<key>``)
+FEDPROX = Settings("fedprox", keys=(Key("proximal-mu", float, 0.01, "Proximal coefficient mu.", low=0.0),))
 
 ALGORITHMS = {"fedprox": (FEDPROX, FedProxClient)}

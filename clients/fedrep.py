@@ -2,7 +2,6 @@
 
 from clients.base import FedClient
 from clients.keys import Settings
-from fedapp.core.config import Key
 from fedapp.core.models import body_head_keys
 from fedapp.core.records import Payload
 
@@ -60,16 +59,7 @@ class FedRepClient(FedClient):
         return {}, self.evaluate_local()
 
 
-#: fedrep's run-config keys (``fedrep.<key>``)
-FEDREP = Settings(
-    "fedrep",
-    keys=(
-        Key("head-steps", int, 50, "SGD steps on the private head (body frozen) per round.", low=1),
-        Key("head-epochs", int, 0, "Epochs on the private head per round instead of head-steps (PeFLL's runs: 5); "
-            "0: head-steps.", low=0),
-        Key("new-head-epochs", int, 0, "Epochs a client without a head trains a fresh one before evaluation "
-            "(PeFLL's runs: 20); 0: as head-epochs / head-steps.", low=0),
-    ),
-)
+#: fedrep's prefix: its clients read no key of their own (the server sends the head's steps; strategies/fedrep.py)
+FEDREP = Settings("fedrep")
 
 ALGORITHMS = {"fedrep": (FEDREP, FedRepClient)}

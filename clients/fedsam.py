@@ -2,7 +2,7 @@
 
 from clients.base import FedClient
 from clients.fedcm import FedCMClient
-from clients.keys import ALPHA, DECAY_IN_MIX, LR_DECAY, RHO, Settings
+from clients.keys import ALPHA, DECAY_IN_MIX, RHO, Settings
 from clients.sam import SAMSteps
 
 
@@ -15,10 +15,9 @@ class MoFedSAMClient(SAMSteps, FedCMClient):
     """MoFedSAM (Qu et al., 2022): v = alpha * g_SAM + (1 - alpha) * Delta (FedCM with SAM gradients)."""
 
 
-#: fedsam's run-config keys (``fedsam.<key>``)
-FEDSAM = Settings("fedsam", keys=(RHO, LR_DECAY), client_keys=("rho",))
-#: mofedsam's run-config keys (``mofedsam.<key>``)
-MOFEDSAM = Settings("mofedsam", keys=(RHO, ALPHA, DECAY_IN_MIX, LR_DECAY),
-                    client_keys=("rho", "alpha", "decay-in-mix"))
+#: the run-config keys fedsam's clients read (``fedsam.<key>``)
+FEDSAM = Settings("fedsam", keys=(RHO,))
+#: the run-config keys mofedsam's clients read (``mofedsam.<key>``)
+MOFEDSAM = Settings("mofedsam", keys=(RHO, ALPHA, DECAY_IN_MIX))
 
 ALGORITHMS = {"fedsam": (FEDSAM, FedSAMClient), "mofedsam": (MOFEDSAM, MoFedSAMClient)}

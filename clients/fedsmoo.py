@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from clients.base import saved_or_zeros
 from clients.feddyn import FedDynClient
-from clients.keys import BETA, LR_DECAY, RHO, Settings
+from clients.keys import BETA, RHO, Settings
 from clients.sam import SAMSteps
 from fedapp.core.config import Key
 from fedapp.core.records import Payload, Tensors
@@ -57,15 +57,13 @@ class FedSMOOClient(FedSpeedClient):
         return {"arrays": self.model_tensors(), "perturbation": {k: v.cpu() for k, v in local.items()}}
 
 
-#: fedspeed's run-config keys (``fedspeed.<key>``)
-FEDSPEED = Settings("fedspeed", keys=(RHO, BETA, LR_DECAY), client_keys=("rho", "beta"))
-#: fedsmoo's run-config keys (``fedsmoo.<key>``)
+#: the run-config keys fedspeed's clients read (``fedspeed.<key>``)
+FEDSPEED = Settings("fedspeed", keys=(RHO, BETA))
+#: the run-config keys fedsmoo's clients read (``fedsmoo.<key>``)
 FEDSMOO = Settings(
     "fedsmoo",
     keys=(RHO, BETA, Key("simulator-perturbation", bool, False,
-                         "Global perturbation from the mean of mu_i (public simulator) instead of mu_i - s_hat."),
-          LR_DECAY),
-    client_keys=("rho", "beta", "simulator-perturbation"),
+                         "Global perturbation from the mean of mu_i (public simulator) instead of mu_i - s_hat.")),
 )
 
 ALGORITHMS = {"fedspeed": (FEDSPEED, FedSpeedClient), "fedsmoo": (FEDSMOO, FedSMOOClient)}

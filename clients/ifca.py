@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from clients.base import FedClient
-from clients.keys import CLUSTERS, IDENTICAL_INIT, Settings
+from clients.keys import Settings
 from fedapp.core.aggregation import weighted_mean
-from fedapp.core.config import Key
 from fedapp.core.records import Payload
 from fedapp.core.training import evaluate
 
@@ -45,12 +44,9 @@ class IFCAClient(FedClient):
         return {"cluster-mask": sum(1 << j for j in self.chosen)}
 
 
-#: ifca's run-config keys (``ifca.<key>``)
-IFCA = Settings("ifca", keys=(CLUSTERS, IDENTICAL_INIT))
-#: flsc's run-config keys (``flsc.<key>``)
-FLSC = Settings(
-    "flsc",
-    keys=(CLUSTERS, Key("n-g", int, 2, "Models N_g each client averages and contributes to.", low=1), IDENTICAL_INIT),
-)
+#: ifca's and flsc's prefixes: their clients read no key of their own (the server sends the models to pick
+#: from; strategies/ifca.py, strategies/flsc.py)
+IFCA = Settings("ifca")
+FLSC = Settings("flsc")
 
 ALGORITHMS = {"flsc": (FLSC, IFCAClient), "ifca": (IFCA, IFCAClient)}

@@ -1,10 +1,13 @@
-"""How an algorithm declares its run-config keys, and the keys several algorithms share.
+"""How an algorithm declares the run-config keys its clients read, and the ones several algorithms share.
 
-Each module in ``clients/`` declares its algorithms as ``ALGORITHMS = {name: (Settings, Client)}``:
-the prefix and keys of the algorithm's own settings and the client class its sites run. The
-strategy takes its ``config_prefix``, ``config_keys`` and ``client_keys`` from that declaration,
-and the registry builds the run-config schema from the declarations alone, so a ClientApp parses
-its run config importing no strategy (``fedapp.runtime.registry.parse_run_config(..., side="client")``).
+An algorithm's keys are declared beside the side that reads them. Each module in ``clients/``
+declares its algorithms as ``ALGORITHMS = {name: (Settings, Client)}``: the algorithm's prefix,
+the keys its clients read (sent in every message's config) and the client class its sites run.
+The server's own keys are declared with the strategy that reads them (``strategies/<name>.py``,
+``strategies.settings.declare``), whose ``config_keys`` are all the algorithm's keys, its
+clients' among them. The registry builds the run-config schema from both
+(``fedapp.runtime.registry.all_keys``); a ClientApp parses its run config from the declarations
+here alone, importing no strategy (``parse_run_config(..., side="client")``).
 
 A shared key is listed under each algorithm's own prefix (``fedsam.rho``, ``mofedsam.rho``,
 ``fedsmoo.rho``), so every method that shares a setting shares its type, default, bounds and
@@ -17,18 +20,12 @@ from fedapp.core.config import Key
 
 
 class Settings(NamedTuple):
-    """An algorithm's own run-config keys, ``<prefix>.<key>``; a strategy unpacks it into its
-    ``config_prefix, config_keys, client_keys``."""
+    """An algorithm's run-config prefix and the keys its clients read, ``<prefix>.<key>``: a
+    strategy takes its ``config_prefix`` and ``client_keys`` from it (``strategies.settings.declare``)."""
 
     prefix: str
     keys: tuple[Key, ...] = ()
-    #: names of the ``keys`` the algorithm's clients read: sent in every message's config
-    client_keys: tuple[str, ...] = ()
 
-
-#: a method's own lr decay (read by ``fedapp.core.experiment.round_lr``), so one run-config file can decay
-#: FedDyn/FedSMOO by 0.9995 and the other methods by 0.998, as FedSMOO's Table 1 does
-LR_DECAY = Key("lr-decay", float, 0.0, "This method's lr decay per round; 0: the common lr-decay.", low=0.0, high=1.0)
 
 #: SAM's radius: FedSAM, MoFedSAM, FedSpeed, FedSMOO
 RHO = Key("rho", float, 0.1, "SAM perturbation radius rho.", low=0.0)
@@ -41,8 +38,3 @@ ALPHA = Key("alpha", float, 0.1, "Weight of the local gradient against the globa
 DECAY_IN_MIX = Key("decay-in-mix", bool, False,
                    "Weight decay inside the mix, alpha (g + wd w) + (1 - alpha) Delta; false: alpha g + (1 - alpha) Delta "
                    "+ wd w, as the authors' simulator (FedCM, MoFedSAM) does.")
-
-#: the cluster models: IFCA, FLSC
-CLUSTERS = Key("clusters", int, 3, "Number k of cluster models.", low=1)
-IDENTICAL_INIT = Key("identical-init", bool, False, "All k models start from the same initial model (the HCCT "
-                     "authors' code); IFCA's paper starts them from distinct initialisations.")

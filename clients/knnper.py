@@ -112,7 +112,7 @@ class KNNPerClient(FedClient):
         return {}, {**metrics, "knn-k": k, "knn-weight": weight}
 
 
-#: knnper's run-config keys (``knnper.<key>``)
+#: the run-config keys knnper's clients read (``knnper.<key>``)
 KNNPER = Settings(
     "knnper",
     keys=(
@@ -120,7 +120,6 @@ KNNPER = Settings(
             low=0.0, low_open=True),
         Key("folds", int, 5, "Folds of the per-client cross-validation of k and lambda.", low=2),
     ),
-    client_keys=("scale", "folds"),
 )
 
 ALGORITHMS = {"knnper": (KNNPER, KNNPerClient)}

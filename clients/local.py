@@ -19,7 +19,7 @@ class LocalClient(FedClient):
         return {}
 
 
-#: local's run-config keys (``local.<key>``)
+#: local's prefix: no key of its own
 LOCAL = Settings("local")
 
 ALGORITHMS = {"local": (LOCAL, LocalClient)}

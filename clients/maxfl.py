@@ -41,11 +41,9 @@ class MaxFLClient(FedClient):
         return {"joined": int(self.joined)}
 
 
-#: maxfl's run-config keys (``maxfl.<key>``)
+#: the run-config keys maxfl's clients read (``maxfl.<key>``)
 MAXFL = Settings(
-    "maxfl",
-    keys=(Key("margin", float, 0.0, "Loss margin added to the client's own-model loss threshold."),),
-    client_keys=("margin",),
+    "maxfl", keys=(Key("margin", float, 0.0, "Loss margin added to the client's own-model loss threshold."),),
 )
 
 ALGORITHMS = {"maxfl": (MAXFL, MaxFLClient)}

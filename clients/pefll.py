@@ -20,9 +20,8 @@ from torch import nn
 
 from clients.base import FedClient
 from clients.keys import Settings
-from fedapp.core.config import Key
 from fedapp.core.data import prepare
-from fedapp.core.hypernetworks import EMBEDDINGS, embedding_network
+from fedapp.core.hypernetworks import embedding_network
 from fedapp.core.records import Payload
 
 
@@ -117,57 +116,9 @@ class PeFLLClient(FedClient):
         return {}, self.evaluate_local()
 
 
-#: pefll's run-config keys (``pefll.<key>``)
-PEFLL = Settings(
-    "pefll",
-    keys=(
-        Key("k", int, 50, "Local SGD steps on the generated model per training step.", low=1),
-        Key("beta", float, 0.01, "Step size: the clients' SGD and the L2 decay 1 - 2 beta lambda.",
-            low=0.0, low_open=True),
-        Key("lambda-h", float, 1e-3, "L2 weight lambda_h of the hypernetwork.", low=0.0),
-        Key("lambda-v", float, 1e-3, "L2 weight lambda_v of the embedding network.", low=0.0),
-        Key("lambda-theta", float, 0.0, "L2 weight lambda_theta of the client model in local SGD.", low=0.0),
-        Key("embedding", str, "cnn", "phi: cnn (image + one-hot label channels; on feature vectors a linear "
-            "map of the features and the one-hot label), label (linear in the one-hot label), unlabeled (cnn on "
-            "the image, or linear in the features, only), lstm (LEAF's LSTM over a character window followed by "
-            "its label character: next-character data such as shakespeare).", EMBEDDINGS),
-        Key("embed-dim", int, 0, "Descriptor size l; 0 means num-clients/4 (the paper; the authors' code "
-            "uses 1 + num-clients/4).", low=0),
-        Key("descriptor-batch", int, 32, "Examples in the batch B a training descriptor is computed on.", low=1),
-        Key("eval-descriptor-examples", int, 0, "Random training examples an evaluation descriptor (Algorithm 1) "
-            "is computed on; 0: all of the client's training examples.", low=0),
-        Key("server-opt", str, "delta", "delta: the paper's update; adam: the authors' code's Adam on the "
-            "averaged deltas; sgd: SGD with server-momentum on them (pFedHN's code).", ("delta", "adam", "sgd")),
-        Key("server-lr", float, 2e-4, "Learning rate of server-opt adam or sgd.", low=0.0, low_open=True),
-        Key("server-momentum", float, 0.9, "Momentum of server-opt sgd.", low=0.0, high=1.0),
-        Key("server-clip", float, 0.0, "Clip the joint gradient norm of eta_h and eta_v at this before an adam/sgd "
-            "step (the authors' code: 50); 0: no clipping.", low=0.0),
-        Key("momentum", float, 0.9, "Momentum of the clients' SGD (the paper: 0.9).", low=0.0, high=1.0),
-        Key("inner-wd", float, 0.0, "Weight decay of the clients' SGD (the authors' code: 5e-5).", low=0.0),
-        Key("clip", float, 0.0, "Clip each local SGD step's gradient norm at this (the authors' code: 50); "
-            "0: no clipping.", low=0.0),
-        Key("standardize", bool, True, "Feed h the descriptor standardised by the mean and std of the first "
-            "training descriptor's entries, (v - m) / s, as the authors' code does."),
-        Key("hyper-hidden", int, 100, "Width of the hypernetwork's hidden layers (Table 5: 100).", low=1),
-        Key("hyper-layers", int, 4, "Hidden layers of the hypernetwork (Table 5: 4, FC1-FC4; the code's "
-            "hyper-nhid 3 counts the ones after the first).", low=1),
-        Key("hypernet", str, "table5", "Hypernetwork body: table5 (the paper: ReLU after each of the 4 hidden "
-            "layers) or code (the authors' code: no ReLU after the last hidden layer).", ("table5", "code")),
-    ),
-)
-#: pfedhn's run-config keys (``pfedhn.<key>``)
-PFEDHN = Settings(
-    "pfedhn",
-    keys=(
-        *(k for k in PEFLL.keys if k.name in ("k", "beta", "lambda-h", "lambda-theta", "embed-dim",
-                                               "server-opt", "server-lr", "server-momentum", "server-clip",
-                                               "momentum", "inner-wd", "clip", "hyper-hidden", "hyper-layers",
-                                               "hypernet")),
-        Key("lambda-e", float, 0.0, "L2 weight of the client embeddings (server-opt adam/sgd).", low=0.0),
-        Key("new-client-rounds", int, 20, "Round trips that fit a new client's embedding (eta_h frozen).", low=0),
-        Key("new-client-init", str, "random", "A new client's embedding starts random (N(0, 1), as the trained "
-            "ones did) or at the mean of the trained ones.", ("random", "mean")),
-    ),
-)
+#: pefll's and pfedhn's prefixes: their clients read no key of their own (the server sends what they need
+#: in each message's config; strategies/pefll.py, strategies/pfedhn.py)
+PEFLL = Settings("pefll")
+PFEDHN = Settings("pfedhn")
 
 ALGORITHMS = {"pefll": (PEFLL, PeFLLClient), "pfedhn": (PFEDHN, PeFLLClient)}

@@ -51,7 +51,7 @@ class PerFedAvgClient(FedClient):
         return {}, self.evaluate_local()
 
 
-#: perfedavg's run-config keys (``perfedavg.<key>``)
+#: the run-config keys perfedavg's clients read (``perfedavg.<key>``)
 PERFEDAVG = Settings(
     "perfedavg",
     keys=(
@@ -60,7 +60,6 @@ PERFEDAVG = Settings(
         Key("finetune-epochs", int, 1, "Epochs of SGD at the run's lr on a client's training split before it "
             "evaluates (FL-bench: at least 1).", low=0),
     ),
-    client_keys=("beta", "finetune-epochs"),
 )
 
 ALGORITHMS = {"perfedavg": (PERFEDAVG, PerFedAvgClient)}

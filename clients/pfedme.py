@@ -63,7 +63,7 @@ class PFedMeClient(FedClient):
         return {}, self.evaluate_local()
 
 
-#: pfedme's run-config keys (``pfedme.<key>``)
+#: the run-config keys pfedme's clients read (``pfedme.<key>``; the server's mixing beta: strategies/pfedme.py)
 PFEDME = Settings(
     "pfedme",
     keys=(
@@ -73,12 +73,9 @@ PFEDME = Settings(
         Key("personal-lr", float, 0.01, "Personal learning rate of the K steps (FL-bench's default).", low=0.0,
             low_open=True),
         Key("mu", float, 1e-3, "L2 term mu of the personal step (FL-bench's default).", low=0.0),
-        Key("beta", float, 1.0, "Server mixing beta (PeFLL's appendix: 1, plain averaging).", low=0.0,
-            low_open=True, high=2.0),
         Key("new-epochs", int, 20, "Epochs a new client fine-tunes its personal model (PeFLL's appendix: 20).",
             low=0),
     ),
-    client_keys=("lambda", "k", "personal-lr", "mu", "new-epochs"),
 )
 
 ALGORITHMS = {"pfedme": (PFEDME, PFedMeClient)}

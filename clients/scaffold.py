@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 
 from clients.base import FedClient, saved_or_zeros
-from clients.keys import LR_DECAY, Settings
-from fedapp.core.config import Key
+from clients.keys import Settings
 from fedapp.core.records import Payload, Tensors
 
 
@@ -74,10 +73,7 @@ class ScaffoldClient(FedClient):
         return {"arrays": self.model_tensors(), "control-delta": self.scaffold.delta}
 
 
-#: scaffold's run-config keys (``scaffold.<key>``)
-SCAFFOLD = Settings(
-    "scaffold",
-    keys=(Key("server-lr", float, 1.0, "Global step size eta_g.", low=0.0, low_open=True), LR_DECAY),
-)
+#: scaffold's prefix: its clients read no key of their own (the server's are in strategies/scaffold.py)
+SCAFFOLD = Settings("scaffold")
 
 ALGORITHMS = {"scaffold": (SCAFFOLD, ScaffoldClient)}

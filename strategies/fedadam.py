@@ -9,9 +9,11 @@ from flwr.serverapp.strategy.fedopt import FedOpt
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from clients.fedavg import FEDADAM
+from fedapp.core.config import Key
 from fedapp.core.records import make_content, to_record
 from strategies.base import FedStrategy
 from strategies.flower import as_tensors
+from strategies.settings import LR_DECAY, declare
 
 
 class _Aggregated(FedOpt):
@@ -39,7 +41,14 @@ class FedAdam(FedStrategy):
     ``FedAdam.aggregate_train`` step (``AdamStep``); m_t and v_t are kept here (checkpoints carry them).
     """
 
-    config_prefix, config_keys, client_keys = FEDADAM
+    config_prefix, config_keys, client_keys = declare(
+        FEDADAM,
+        Key("eta", float, 0.01, "Server learning rate eta.", low=0.0, low_open=True),
+        Key("beta-1", float, 0.9, "First-moment decay beta_1.", low=0.0, high=1.0),
+        Key("beta-2", float, 0.99, "Second-moment decay beta_2.", low=0.0, high=1.0),
+        Key("tau", float, 1e-3, "Adaptivity tau.", low=0.0, low_open=True),
+        LR_DECAY,
+    )
     checkpoint_attrs = ("m_t", "v_t")
 
     def __init__(self, cfg, model, dataset=None):

@@ -5,13 +5,14 @@ from __future__ import annotations
 from flwr.app import MessageType
 from flwr.serverapp import Grid
 
-from clients.fedals import FEDALS, FEDALS_SCAFFOLD
-from fedapp.core.config import ConfigError
+from clients.fedals import BODY_LAYERS, FEDALS, FEDALS_SCAFFOLD, LAYER_GROUPS, NESTEROV, SCAFFOLD_VARIANT
+from fedapp.core.config import ConfigError, Key
 from fedapp.core.layer_split import split_model
 from fedapp.core.records import Shared, Tensors
 from fedapp.server.replies import spec_of
 from strategies.base import FedStrategy
 from strategies.scaffold import updated_control
+from strategies.settings import declare
 
 
 class FedALS(FedStrategy):
@@ -32,7 +33,9 @@ class FedALS(FedStrategy):
     The evaluated model is the average of all clients' models, (mean phi_i, mean h_i).
     """
 
-    config_prefix, config_keys, client_keys = FEDALS
+    config_prefix, config_keys, client_keys = declare(
+        FEDALS, Key("alpha", int, 10, "Body averaging period in rounds (alpha = 1 is FedAvg).", low=1),
+        BODY_LAYERS, LAYER_GROUPS, SCAFFOLD_VARIANT, NESTEROV)
     checkpoint_attrs = ("body_round", "body_pids", "client_body")
     global_model = False  # the clients keep their own bodies between body averages
 
@@ -154,7 +157,7 @@ class FedALSScaffold(FedALS):
     every round and c_phi with the body; "control-delta" carries the Delta c of the parts averaged.
     """
 
-    config_prefix, config_keys, client_keys = FEDALS_SCAFFOLD
+    config_prefix, config_keys, client_keys = declare(FEDALS_SCAFFOLD, *FedALS.config_keys)
     checkpoint_attrs = ("control",)
 
     @classmethod

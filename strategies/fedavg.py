@@ -2,6 +2,7 @@
 
 from clients.fedavg import FEDAVG
 from strategies.base import FedStrategy
+from strategies.settings import LR_DECAY, declare
 
 
 class FedAvg(FedStrategy):
@@ -12,7 +13,7 @@ class FedAvg(FedStrategy):
     model after K local SGD steps from w_t.
     """
 
-    config_prefix, config_keys, client_keys = FEDAVG
+    config_prefix, config_keys, client_keys = declare(FEDAVG, LR_DECAY)
 
 
 ALGORITHMS = {"fedavg": FedAvg}

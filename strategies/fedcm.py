@@ -5,6 +5,7 @@ from __future__ import annotations
 from clients.fedcm import FEDCM
 from fedapp.core.experiment import round_lr
 from strategies.base import FedStrategy
+from strategies.settings import LR_DECAY, declare
 
 
 class FedCM(FedStrategy):
@@ -15,7 +16,7 @@ class FedCM(FedStrategy):
     the mean per-step descent direction of the round (Delta_1 = 0).
     """
 
-    config_prefix, config_keys, client_keys = FEDCM
+    config_prefix, config_keys, client_keys = declare(FEDCM, *FEDCM.keys, LR_DECAY)
     checkpoint_attrs = ("momentum",)
 
     def __init__(self, cfg, model, dataset=None):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from clients.feddyn import FEDDYN
 from strategies.base import FedStrategy
+from strategies.settings import LR_DECAY, declare
 
 
 class FedDyn(FedStrategy):
@@ -18,7 +19,7 @@ class FedDyn(FedStrategy):
     Since every lambda_i starts at 0, lambda = (1/m) sum over all clients of lambda_i.
     """
 
-    config_prefix, config_keys, client_keys = FEDDYN
+    config_prefix, config_keys, client_keys = declare(FEDDYN, *FEDDYN.keys, LR_DECAY)
     checkpoint_attrs = ("dual",)
     weighted = False
 

@@ -5,6 +5,7 @@ import math
 from clients.fedfa import FEDFA
 from fedapp.server.replies import Reply
 from strategies.base import FedStrategy
+from strategies.settings import declare
 
 #: accuracies are clipped here so that -log2 stays finite and positive
 ACC_CLIP = (1e-3, 1 - 1e-3)
@@ -17,7 +18,7 @@ class FedFA(FedStrategy):
     received model w_t on client i's training data: poorly served clients weigh more.
     """
 
-    config_prefix, config_keys, client_keys = FEDFA
+    config_prefix, config_keys, client_keys = declare(FEDFA)
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> None:
         weights = [-math.log2(min(max(r.metrics["train-accuracy"], ACC_CLIP[0]), ACC_CLIP[1])) for r in replies]

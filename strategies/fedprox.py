@@ -2,6 +2,7 @@
 
 from clients.fedprox import FEDPROX
 from strategies.base import FedStrategy
+from strategies.settings import LR_DECAY, declare
 
 
 class FedProx(FedStrategy):
@@ -11,7 +12,7 @@ class FedProx(FedStrategy):
     the server averages as FedAvg: w_{t+1} = sum_i n_i w_i / sum_i n_i.
     """
 
-    config_prefix, config_keys, client_keys = FEDPROX
+    config_prefix, config_keys, client_keys = declare(FEDPROX, *FEDPROX.keys, LR_DECAY)
 
 
 ALGORITHMS = {"fedprox": FedProx}

@@ -3,11 +3,13 @@
 from typing import Any
 
 from clients.fedrep import FEDREP
+from fedapp.core.config import Key
 from fedapp.core.experiment import round_lr
 from fedapp.core.layer_split import check_head
 from fedapp.core.models import body_head_keys
 from fedapp.server.replies import spec_of
 from strategies.base import FedStrategy
+from strategies.settings import declare
 
 
 class FedRep(FedStrategy):
@@ -19,7 +21,14 @@ class FedRep(FedStrategy):
     The head is the last layer. A new client fits a fresh head on the frozen body before it is evaluated.
     """
 
-    config_prefix, config_keys, client_keys = FEDREP
+    config_prefix, config_keys, client_keys = declare(
+        FEDREP,
+        Key("head-steps", int, 50, "SGD steps on the private head (body frozen) per round.", low=1),
+        Key("head-epochs", int, 0, "Epochs on the private head per round instead of head-steps (PeFLL's runs: 5); "
+            "0: head-steps.", low=0),
+        Key("new-head-epochs", int, 0, "Epochs a client without a head trains a fresh one before evaluation "
+            "(PeFLL's runs: 20); 0: as head-epochs / head-steps.", low=0),
+    )
     global_model = False  # a shared body; every head stays on its client
 
     @classmethod

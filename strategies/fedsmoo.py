@@ -6,13 +6,14 @@ from clients.fedsmoo import FEDSPEED, FEDSMOO
 from fedapp.core.perturbation import perturbation
 from fedapp.server.replies import spec_of
 from strategies.feddyn import FedDyn
+from strategies.settings import LR_DECAY, declare
 
 
 class FedSpeed(FedDyn):
     """FedSMOO's ablation "dynamic regulariser + SAM, no correction" (mu_i = s = 0):
     FedDyn's server with clients stepping along g(w_i + rho g/||g||) - lambda_i + (w_i - w)/beta."""
 
-    config_prefix, config_keys, client_keys = FEDSPEED
+    config_prefix, config_keys, client_keys = declare(FEDSPEED, *FEDSPEED.keys, LR_DECAY)
 
 
 class FedSMOO(FedDyn):
@@ -34,7 +35,7 @@ class FedSMOO(FedDyn):
     the authors' public simulator does. Traffic is two model-sized arrays each way.
     """
 
-    config_prefix, config_keys, client_keys = FEDSMOO
+    config_prefix, config_keys, client_keys = declare(FEDSMOO, *FEDSMOO.keys, LR_DECAY)
     checkpoint_attrs = ("dual", "perturbation")
 
     def __init__(self, cfg, model, dataset=None):

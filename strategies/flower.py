@@ -9,7 +9,7 @@ the replies. No arithmetic of theirs is repeated here.
 
 A Flower strategy's constructor arguments that shape its update are run-config keys under the
 prefix ``flwr-<name>`` (``flwr-fedyogi.eta``, ``flwr-krum.num-malicious-nodes``: declared in
-``clients/flower.py``); sampling and reply counts are fedapp's common keys (``fraction-train``,
+``constructor_keys``); sampling and reply counts are fedapp's common keys (``fraction-train``,
 ``min-train-nodes``).
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -24,12 +25,46 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType
 from flwr.serverapp import Grid
 from flwr.serverapp import strategy as flower_strategies
 
-from clients.flower import ALGORITHMS as DECLARED  # the keys of each flwr:<Name>
-from clients.flower import FEDAPP_ARGS, FLOWER_STRATEGIES, FROM_RUN_CONFIG
-from clients.keys import LR_DECAY
+from clients.flower import ALGORITHMS as DECLARED  # the prefix of each flwr:<Name>
+from clients.flower import FLOWER_STRATEGIES
+from fedapp.core.config import Key
 from fedapp.core.records import Tensors, from_record, make_content, to_record
 from fedapp.server.replies import Reply
 from strategies.base import FedStrategy
+from strategies.settings import LR_DECAY, declare
+
+#: constructor arguments fedapp sets itself: sampling and reply counts are fedapp's (its driver samples
+#: with the run's seed), the record names are fedapp's clients', QFedAvg reads fedapp's training loss
+FEDAPP_ARGS = {"fraction_train": 1.0, "fraction_evaluate": 1.0, "min_train_nodes": 1, "min_evaluate_nodes": 1,
+               "min_available_nodes": 1, "weighted_by_key": "num-examples", "arrayrecord_key": "arrays",
+               "configrecord_key": "config", "train_loss_key": "train-loss"}
+#: constructor arguments that are fedapp run-config keys: QFedAvg's clients' learning rate is ``lr``
+FROM_RUN_CONFIG = {"client_learning_rate": "lr"}
+
+
+def _param_docs(cls: type) -> dict[str, str]:
+    """Each constructor parameter's first sentence in the NumPy-style docstring of ``cls``."""
+    docs, name = {}, None
+    for line in (cls.__doc__ or "").splitlines():
+        if m := re.match(r"^    (\w+) : ", line):
+            name = m.group(1)
+            docs[name] = ""
+        elif name and line.startswith("        "):
+            docs[name] = (docs[name] + " " + line.strip()).strip()
+        else:
+            name = None
+    return {k: v.split(". ")[0].rstrip(".") + "." for k, v in docs.items()}
+
+
+def constructor_keys(cls: type) -> tuple[Key, ...]:
+    """The run-config keys of a Flower strategy's own numeric constructor arguments."""
+    docs, keys = _param_docs(cls), []
+    for p in inspect.signature(cls.__init__).parameters.values():
+        if p.name in {*FEDAPP_ARGS, *FROM_RUN_CONFIG} or type(p.default) not in (int, float):
+            continue
+        keys.append(Key(p.name.replace("_", "-"), type(p.default), p.default,
+                        f"Flower's {cls.__name__}({p.name}): {docs.get(p.name, '')}".rstrip(": "), low=0.0))
+    return tuple(keys)
 
 
 def flower_replies(replies: list[Reply], node_ids: dict[int, int]) -> list[Message]:
@@ -118,7 +153,8 @@ class FlowerStrategy(FedStrategy):
 
 def _strategy(name: str, client: type) -> type[FlowerStrategy]:
     flower_class = getattr(flower_strategies, name)
-    config_prefix, config_keys, client_keys = DECLARED[f"flwr:{name}"][0]
+    config_prefix, config_keys, client_keys = declare(DECLARED[f"flwr:{name}"][0], *constructor_keys(flower_class),
+                                                      LR_DECAY)
     doc = (f"Flower's own {name} (``flwr.serverapp.strategy.{name}``) driving fedapp's {client.__name__}.\n\n"
            f"    {(flower_class.__doc__ or '').strip().splitlines()[0]}\n")
     return type(f"Flwr{name}", (FlowerStrategy,), {

@@ -1,8 +1,9 @@
 """FLSC: soft clustering, each client averages its N_g best of k models."""
 
 import clients.ifca
-from fedapp.core.config import ConfigError, RunConfig
-from strategies.ifca import IFCA
+from fedapp.core.config import ConfigError, Key, RunConfig
+from strategies.ifca import CLUSTERS, IDENTICAL_INIT, IFCA
+from strategies.settings import declare
 
 
 class FLSC(IFCA):
@@ -12,7 +13,10 @@ class FLSC(IFCA):
     their average sum_{j in S_i} w_j / N_g, and its model joins the average of every w_j, j in S_i.
     """
 
-    config_prefix, config_keys, client_keys = clients.ifca.FLSC  # the class shares the declaration's name
+    # clients.ifca.FLSC: the class shares the declaration's name
+    config_prefix, config_keys, client_keys = declare(
+        clients.ifca.FLSC,
+        CLUSTERS, Key("n-g", int, 2, "Models N_g each client averages and contributes to.", low=1), IDENTICAL_INIT)
 
     @classmethod
     def check_config(cls, cfg: RunConfig) -> None:

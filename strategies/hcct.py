@@ -12,17 +12,38 @@ import torch
 from flwr.common import log
 from flwr.serverapp import Grid
 
-from clients.hcct import HCCT, HCCT_E, HCCT_P
+from clients.hcct import HCCT as DECLARED
+from clients.hcct import HCCT_P
 from fedapp.core.aggregation import weighted_mean
-from fedapp.core.config import ConfigError, RunConfig
+from fedapp.core.config import ConfigError, Key, RunConfig
 from fedapp.core.experiment import round_lr
 from fedapp.core.layer_split import check_head
 from fedapp.core.models import body_head_keys, layer_groups
 from fedapp.core.records import Shared, Tensors
 from fedapp.server.replies import Reply, spec_of
 from strategies.base import FedStrategy
+from strategies.settings import declare
 
 Group = tuple[int, ...]
+
+#: the server's run-config keys of hcct, hcct-e and hcct-p (``hcct.<key>``): how groups form and clients arrive
+GROUPING_KEYS = (
+    Key("alpha", float, 1000.0, "Weight of the data-size term -alpha / D_G of the client utility.", low=0.0),
+    Key("alpha-per-client", bool, False, "alpha_i = D_i, the client's own data size (the authors' public code's "
+        "alpha = -1): U_i = -D_i / D_G + cos, a data term in [-1, 0) that needs no tuning; 'alpha' is then unused."),
+    Key("groups", str, "", "Fixed collaboration pattern by partition id, e.g. '0,1;2' ('' learns it)."),
+    Key("first-round", str, "singletons", "Groups of round 1, before any update exists: 'singletons' "
+        "(Algorithm 1, line 4) or 'global', all clients in one group (the authors' code).",
+        ("singletons", "global")),
+    Key("initial-clients", int, 0, "Clients (partition ids 0..n-1) that train from round 1; 0: all.", low=0),
+    Key("new-clients", int, 0, "New clients (the next partition ids) that arrive every 'arrival-every' "
+        "rounds (Section 7.3, Fig. 3); they train alone from the initial model first.", low=0),
+    Key("arrival-every", int, 10, "Rounds between arrivals of 'new-clients'.", low=1),
+    Key("newcomer", str, "next-round", "A client without an update: trains alone from the initial model "
+        "and is placed the round after ('next-round'), or, as the authors' code does, first trains once "
+        "from the initial model at the initial lr and is placed by that update in the same round "
+        "('same-round').", ("next-round", "same-round")),
+)
 
 
 def group_name(group: Group) -> str:
@@ -121,7 +142,7 @@ class HCCT(FedStrategy):
     the same rule.
     """
 
-    config_prefix, config_keys, client_keys = HCCT
+    config_prefix, config_keys, client_keys = declare(DECLARED, *GROUPING_KEYS)
     checkpoint_attrs = ("models", "updates", "groups", "group_log")
     global_model = False  # a model per group
 
@@ -305,7 +326,11 @@ class HCCTE(HCCT):
         score(L) = sum_j Var_i(g_ij) / sum_j (mean_i g_ij)^2   over the entries j of L.
     """
 
-    config_prefix, config_keys, client_keys = HCCT_E
+    config_prefix, config_keys, client_keys = declare(
+        DECLARED, *GROUPING_KEYS,
+        Key("layer-score", str, "dispersion", "HCCT-E layer choice: dispersion (authors' code: "
+            "Var/mean of the pooled pseudo-gradients per tensor, summed over the layer) or scale-free "
+            "(sum_j Var_i / sum_j mean_i^2).", ("dispersion", "scale-free")))
     checkpoint_attrs = ("similarity_keys",)  # added to HCCT's: the layer chosen after round 1
 
     def layer_scores(self, server_round: int) -> dict[tuple[str, ...], float]:
@@ -347,7 +372,7 @@ class HCCTP(HCCT):
     group start w_G = sum_j D_j w_j / D_G.
     """
 
-    config_prefix, config_keys, client_keys = HCCT_P
+    config_prefix, config_keys, client_keys = declare(HCCT_P, *GROUPING_KEYS, *HCCT_P.keys)
 
     @classmethod
     def check_model(cls, cfg, model):

@@ -6,11 +6,17 @@ import torch
 
 import clients.ifca
 from fedapp.core.aggregation import weighted_mean
-from fedapp.core.config import ConfigError, RunConfig
+from fedapp.core.config import ConfigError, Key, RunConfig
 from fedapp.core.experiment import model_for
 from fedapp.core.records import Payload, Shared, Tensors
 from fedapp.server.replies import Reply
 from strategies.base import FedStrategy
+from strategies.settings import declare
+
+#: the cluster models: IFCA, FLSC
+CLUSTERS = Key("clusters", int, 3, "Number k of cluster models.", low=1)
+IDENTICAL_INIT = Key("identical-init", bool, False, "All k models start from the same initial model (the HCCT "
+                     "authors' code); IFCA's paper starts them from distinct initialisations.")
 
 
 class IFCA(FedStrategy):
@@ -23,7 +29,8 @@ class IFCA(FedStrategy):
     w_j = sum_{i: j in S_i} n_i w_i / sum_{i: j in S_i} n_i (unchanged when nobody chose j).
     """
 
-    config_prefix, config_keys, client_keys = clients.ifca.IFCA  # the class shares the declaration's name
+    # clients.ifca.IFCA: the class shares the declaration's name
+    config_prefix, config_keys, client_keys = declare(clients.ifca.IFCA, CLUSTERS, IDENTICAL_INIT)
     checkpoint_attrs = ("cluster_models", "choices")
     global_model = False  # k cluster models
 

@@ -3,13 +3,14 @@
 from clients.hcct import INDEPENDENT
 from fedapp.core.config import RunConfig
 from strategies.hcct import HCCT, Group
+from strategies.settings import declare
 
 
 class Independent(HCCT):
     """Independent local training: w_i^{t+1} = w_i^{t,K}, no model ever leaves its client's group
     of one (HCCT with the partition fixed to singletons)."""
 
-    config_prefix, config_keys, client_keys = INDEPENDENT
+    config_prefix, config_keys, client_keys = declare(INDEPENDENT)
     robust_refusal = "every client trains alone in a group of one, so the server combines no updates"
 
     @classmethod

@@ -3,6 +3,7 @@
 from clients.knnper import KNNPER
 from fedapp.core.layer_split import check_head
 from strategies.base import FedStrategy
+from strategies.settings import declare
 
 
 class KNNPer(FedStrategy):
@@ -19,7 +20,7 @@ class KNNPer(FedStrategy):
     the model's logits, not its probabilities, and caps the datastore (``test_matches_fl_bench``).
     """
 
-    config_prefix, config_keys, client_keys = KNNPER
+    config_prefix, config_keys, client_keys = declare(KNNPER, *KNNPER.keys)
 
     @classmethod
     def check_model(cls, cfg, model):

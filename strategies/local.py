@@ -2,6 +2,7 @@
 
 from clients.local import LOCAL
 from strategies.base import FedStrategy
+from strategies.settings import declare
 
 
 class Local(FedStrategy):
@@ -10,7 +11,7 @@ class Local(FedStrategy):
     every client, new ones included, is in the training pool and trains alone when sampled.
     """
 
-    config_prefix, config_keys, client_keys = LOCAL
+    config_prefix, config_keys, client_keys = declare(LOCAL)
     global_model = False
     robust_refusal = "every model stays on its client, so the server combines no updates"
 

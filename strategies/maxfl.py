@@ -3,6 +3,7 @@
 from clients.maxfl import MAXFL
 from fedapp.server.replies import Reply
 from strategies.base import FedStrategy
+from strategies.settings import declare
 
 
 class MaxFL(FedStrategy):
@@ -15,7 +16,7 @@ class MaxFL(FedStrategy):
     A client is evaluated with the model the same rule picks: w_t if it would join, else v_i.
     """
 
-    config_prefix, config_keys, client_keys = MAXFL
+    config_prefix, config_keys, client_keys = declare(MAXFL, *MAXFL.keys)
 
     def aggregate(self, server_round: int, replies: list[Reply]) -> None:
         joined = [r for r in replies if r.metrics["joined"]]

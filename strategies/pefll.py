@@ -12,13 +12,51 @@ from flwr.app import MessageType
 from flwr.serverapp import Grid
 
 from clients.pefll import PEFLL
-from fedapp.core.config import ConfigError
+from fedapp.core.config import ConfigError, Key
 from fedapp.core.files import atomic_write
-from fedapp.core.hypernetworks import HyperNetwork, embedding_network
+from fedapp.core.hypernetworks import EMBEDDINGS, HyperNetwork, embedding_network
 from fedapp.core.models import MAX_GENERATED_PARAMS
 from fedapp.core.records import Tensors
 from fedapp.server.replies import Reply, Spec, spec_of
 from strategies.base import FedStrategy
+from strategies.settings import declare
+
+
+#: pefll's run-config keys (``pefll.<key>``), all the server's: it sends the clients what they need
+KEYS = (
+    Key("k", int, 50, "Local SGD steps on the generated model per training step.", low=1),
+    Key("beta", float, 0.01, "Step size: the clients' SGD and the L2 decay 1 - 2 beta lambda.",
+        low=0.0, low_open=True),
+    Key("lambda-h", float, 1e-3, "L2 weight lambda_h of the hypernetwork.", low=0.0),
+    Key("lambda-v", float, 1e-3, "L2 weight lambda_v of the embedding network.", low=0.0),
+    Key("lambda-theta", float, 0.0, "L2 weight lambda_theta of the client model in local SGD.", low=0.0),
+    Key("embedding", str, "cnn", "phi: cnn (image + one-hot label channels; on feature vectors a linear "
+        "map of the features and the one-hot label), label (linear in the one-hot label), unlabeled (cnn on "
+        "the image, or linear in the features, only), lstm (LEAF's LSTM over a character window followed by "
+        "its label character: next-character data such as shakespeare).", EMBEDDINGS),
+    Key("embed-dim", int, 0, "Descriptor size l; 0 means num-clients/4 (the paper; the authors' code "
+        "uses 1 + num-clients/4).", low=0),
+    Key("descriptor-batch", int, 32, "Examples in the batch B a training descriptor is computed on.", low=1),
+    Key("eval-descriptor-examples", int, 0, "Random training examples an evaluation descriptor (Algorithm 1) "
+        "is computed on; 0: all of the client's training examples.", low=0),
+    Key("server-opt", str, "delta", "delta: the paper's update; adam: the authors' code's Adam on the "
+        "averaged deltas; sgd: SGD with server-momentum on them (pFedHN's code).", ("delta", "adam", "sgd")),
+    Key("server-lr", float, 2e-4, "Learning rate of server-opt adam or sgd.", low=0.0, low_open=True),
+    Key("server-momentum", float, 0.9, "Momentum of server-opt sgd.", low=0.0, high=1.0),
+    Key("server-clip", float, 0.0, "Clip the joint gradient norm of eta_h and eta_v at this before an adam/sgd "
+        "step (the authors' code: 50); 0: no clipping.", low=0.0),
+    Key("momentum", float, 0.9, "Momentum of the clients' SGD (the paper: 0.9).", low=0.0, high=1.0),
+    Key("inner-wd", float, 0.0, "Weight decay of the clients' SGD (the authors' code: 5e-5).", low=0.0),
+    Key("clip", float, 0.0, "Clip each local SGD step's gradient norm at this (the authors' code: 50); "
+        "0: no clipping.", low=0.0),
+    Key("standardize", bool, True, "Feed h the descriptor standardised by the mean and std of the first "
+        "training descriptor's entries, (v - m) / s, as the authors' code does."),
+    Key("hyper-hidden", int, 100, "Width of the hypernetwork's hidden layers (Table 5: 100).", low=1),
+    Key("hyper-layers", int, 4, "Hidden layers of the hypernetwork (Table 5: 4, FC1-FC4; the code's "
+        "hyper-nhid 3 counts the ones after the first).", low=1),
+    Key("hypernet", str, "table5", "Hypernetwork body: table5 (the paper: ReLU after each of the 4 hidden "
+        "layers) or code (the authors' code: no ReLU after the last hidden layer).", ("table5", "code")),
+)
 
 
 def embed_dim(cfg) -> int:
@@ -52,7 +90,7 @@ class PeFLL(FedStrategy):
     (Algorithm 1) sends only a descriptor and evaluates h(v) on its test split.
     """
 
-    config_prefix, config_keys, client_keys = PEFLL
+    config_prefix, config_keys, client_keys = declare(PEFLL, *KEYS)
     checkpoint_attrs = ("hnet", "embed", "optimizers", "v_stats")
     global_model = False
 

@@ -3,6 +3,7 @@
 from clients.perfedavg import PERFEDAVG
 from fedapp.core.experiment import round_lr
 from strategies.base import FedStrategy
+from strategies.settings import declare
 
 
 class PerFedAvg(FedStrategy):
@@ -18,7 +19,7 @@ class PerFedAvg(FedStrategy):
     data (``finetune-epochs`` epochs of SGD at alpha, FL-bench's at least one epoch).
     """
 
-    config_prefix, config_keys, client_keys = PERFEDAVG
+    config_prefix, config_keys, client_keys = declare(PERFEDAVG, *PERFEDAVG.keys)
     weighted = False
 
     def client_config(self, phase, pid, server_round):

@@ -9,7 +9,9 @@ from flwr.serverapp import Grid
 
 from clients.pefll import PFEDHN
 from fedapp.core.records import Tensors
-from strategies.pefll import PeFLL, embed_dim
+from fedapp.core.config import Key
+from strategies.pefll import KEYS, PeFLL, embed_dim
+from strategies.settings import declare
 
 
 class PFedHN(PeFLL):
@@ -30,7 +32,16 @@ class PFedHN(PeFLL):
     pFedHN's code (SGD on the hypernetwork and all embeddings).
     """
 
-    config_prefix, config_keys, client_keys = PFEDHN
+    config_prefix, config_keys, client_keys = declare(
+        PFEDHN,
+        *(k for k in KEYS if k.name in ("k", "beta", "lambda-h", "lambda-theta", "embed-dim", "server-opt",
+                                        "server-lr", "server-momentum", "server-clip", "momentum", "inner-wd",
+                                        "clip", "hyper-hidden", "hyper-layers", "hypernet")),
+        Key("lambda-e", float, 0.0, "L2 weight of the client embeddings (server-opt adam/sgd).", low=0.0),
+        Key("new-client-rounds", int, 20, "Round trips that fit a new client's embedding (eta_h frozen).", low=0),
+        Key("new-client-init", str, "random", "A new client's embedding starts random (N(0, 1), as the trained "
+            "ones did) or at the mean of the trained ones.", ("random", "mean")),
+    )
 
     def build_embedding(self) -> torch.nn.Module:
         return torch.nn.Embedding(self.cfg.num_clients, embed_dim(self.cfg))

@@ -1,8 +1,10 @@
 """pFedMe: personal models regularised by a Moreau envelope towards the global model."""
 
 from clients.pfedme import PFEDME
+from fedapp.core.config import Key
 from fedapp.core.experiment import round_lr
 from strategies.base import FedStrategy
+from strategies.settings import declare
 
 
 class PFedMe(FedStrategy):
@@ -18,7 +20,12 @@ class PFedMe(FedStrategy):
     server sent, which it never updates (the initial model; ``test_matches_fl_bench``).
     """
 
-    config_prefix, config_keys, client_keys = PFEDME
+    # the server's mixing beta, between the clients' mu and new-epochs
+    config_prefix, config_keys, client_keys = declare(
+        PFEDME, *PFEDME.keys[:4],
+        Key("beta", float, 1.0, "Server mixing beta (PeFLL's appendix: 1, plain averaging).", low=0.0,
+            low_open=True, high=2.0),
+        *PFEDME.keys[4:])
 
     def aggregate(self, server_round, replies) -> None:
         beta = self.cfg.algo("beta")

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from clients.scaffold import SCAFFOLD as DECLARED
+from fedapp.core.config import Key
 from fedapp.core.records import Tensors
 from fedapp.server.replies import spec_of
 from strategies.base import FedStrategy
+from strategies.settings import LR_DECAY, declare
 
 
 def updated_control(c: Tensors, deltas: list[Tensors], num_clients: int,
@@ -33,7 +35,8 @@ class SCAFFOLD(FedStrategy):
     Both directions carry two model-sized arrays, twice FedAvg's traffic.
     """
 
-    config_prefix, config_keys, client_keys = DECLARED
+    config_prefix, config_keys, client_keys = declare(
+        DECLARED, Key("server-lr", float, 1.0, "Global step size eta_g.", low=0.0, low_open=True), LR_DECAY)
     checkpoint_attrs = ("control",)
     weighted = False
 

@@ -1,9 +1,10 @@
 """How a fedapp strategy takes its settings: as keyword arguments, as a run config, and from ``start()``.
 
-``Settings`` builds a strategy either way; ``document`` gives each strategy class the Parameters
-section and signature of its ``config_keys``; ``run_config`` checks keyword arguments as a run config
-is checked; ``honour`` takes ``start()``'s Flower arguments into the run config and the messages' base
-configs.
+``declare`` gives a strategy its run-config keys: its clients' declaration in ``clients/`` and the
+server's own keys, declared in the strategy's module beside the code that reads them. ``Settings``
+builds a strategy either way; ``document`` gives each strategy class the Parameters section and
+signature of its ``config_keys``; ``run_config`` checks keyword arguments as a run config is checked;
+``honour`` takes ``start()``'s Flower arguments into the run config and the messages' base configs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import torch
 from flwr.app import ArrayRecord
 
+from clients.keys import Settings as ClientKeys
 from fedapp.core.config import COMMON_KEYS, ConfigError, Key, RunConfig
 from fedapp.core.data import Dataset
 from fedapp.runtime import registry
@@ -29,6 +31,19 @@ from fedapp.runtime.registry import parse_run_config
 CLIENT_SETTINGS = ("batch-size", "local-steps", "local-epochs", "momentum", "weight-decay", "grad-clip",
                    "augment-recipe", "eval-label-mask", "optimizer", "adam-beta1", "adam-beta2", "adam-eps",
                    "lr-schedule")
+
+
+#: a method's own lr decay (read by ``fedapp.core.experiment.round_lr``), so one run-config file can decay
+#: FedDyn/FedSMOO by 0.9995 and the other methods by 0.998, as FedSMOO's Table 1 does
+LR_DECAY = Key("lr-decay", float, 0.0, "This method's lr decay per round; 0: the common lr-decay.", low=0.0, high=1.0)
+
+
+def declare(clients: ClientKeys, *keys: Key) -> tuple[str, tuple[Key, ...], tuple[str, ...]]:
+    """A strategy's ``config_prefix, config_keys, client_keys``: ``clients`` is the algorithm's
+    declaration in ``clients/`` (its prefix and the keys its clients read), ``keys`` every key of the
+    algorithm in its documented order: the clients' and the server's own, declared beside the strategy
+    (the registry checks that the clients' are among them)."""
+    return clients.prefix, keys, tuple(k.name for k in clients.keys)
 
 
 class Settings(ABCMeta):

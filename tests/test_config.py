@@ -74,25 +74,45 @@ def test_algorithm_key_errors_name_the_prefixed_key():
 
 def test_client_side_parse_equals_server_side():
     """A ClientApp's parse (``side="client"``: the declarations in clients/, no strategy imported)
-    gives the server's RunConfig for every algorithm, and the same one-line error naming the key."""
+    gives, for every algorithm, the server's value of every key a client reads (the common keys and
+    every algorithm's client keys) and the same one-line error for a bad one. A key under an
+    algorithm's prefix that no client reads (a server setting) passes the client as given, unchecked:
+    the server checked the same run config before it sent anything."""
     from fedapp.runtime import registry
 
+    read = registry.client_side_keys()
     for name, spec in registry.algorithms().items():
-        raw = {"strategy": name, "seed": 3, f"{spec.prefix}.lr-decay": 0.5} if any(
-            k.name == "lr-decay" for k in spec.keys) else {"strategy": name, "seed": 3}
+        own = {f"{spec.prefix}.{k.name}": k.default for k in spec.keys}
+        raw = {"strategy": name, "seed": 3, **own, **({f"{spec.prefix}.lr-decay": 0.5} if any(
+            k.name == "lr-decay" for k in spec.keys) else {})}
         client, server = parse_run_config(raw, side="client"), parse_run_config(raw)
-        assert (client.as_dict(), client.prefix) == (server.as_dict(), server.prefix)
+        assert client.prefix == server.prefix == spec.prefix
+        assert {k: client[k] for k in read} == {k: server[k] for k in read}, name
+        assert {f"{spec.prefix}.{k}" for k in spec.strategy.client_keys} <= set(read), name
+        server_only = {k: v for k, v in raw.items() if k not in read}
+        assert client.as_dict() == {**{k: server[k] for k in read}, **server_only}, name
         assert registry.client(name) is spec.client
-    for bad, needle in (({"strategy": "fedals", "fedals.alpha": 0}, "'fedals.alpha' = 0 is invalid"),
-                        ({"strategy": "fedsam", "fedsam.radius": 0.1},
-                         "unknown run config key.*'fedsam.radius': did you mean 'fedsam.rho'"),
-                        ({"strategy": "nope"}, "'strategy'")):
+    assert len(read) < len(registry.all_keys())  # the clients do not read every key
+    # a server setting passes the client unchecked: an int stays an int, a value the server refuses stays
+    raw = {"strategy": "pefll", "pefll.server-lr": 1, "pefll.k": "many"}
+    assert {k: parse_run_config(raw, side="client")[k] for k in raw} == raw
+    with pytest.raises(ConfigError, match="'pefll.k' = 'many' is invalid"):
+        parse_run_config(raw)
+    for bad, needle in (({"strategy": "fedals", "fedals.body-layers": -1}, "'fedals.body-layers' = -1 is invalid"),
+                        ({"strategy": "fedsam", "fedsam.rho": -0.1}, "'fedsam.rho' = -0.1 is invalid"),
+                        ({"strategy": "fedsmoo", "fedsam.rho": "x"}, "'fedsam.rho' = 'x' is invalid"),
+                        ({"strategy": "nope"}, "'strategy'"),
+                        ({"num-round": 3}, "unknown run config key.*'num-round': did you mean 'num-server-rounds'")):
         errors = []
         for side in ("client", "server"):
             with pytest.raises(ConfigError, match=needle) as err:
                 parse_run_config(bad, side=side)
             errors.append(str(err.value))
         assert errors[0] == errors[1] and "\n" not in errors[0]
+    # a misspelt prefix is refused on both sides (the client's hint names only keys it knows)
+    for side in ("client", "server"):
+        with pytest.raises(ConfigError, match="unknown run config key.*'pefl.k'"):
+            parse_run_config({"strategy": "pefll", "pefl.k": 5}, side=side)
 
 
 def test_cross_key_checks_stay_on_the_server_side():

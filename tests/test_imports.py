@@ -144,9 +144,10 @@ def test_clients_import_no_server_module():
 
 def test_servers_import_only_declarations_from_clients():
     """A server module takes from clients/ only what both sides read: its algorithm's run-config
-    declaration (``Settings`` and shared ``Key``s, ``clients/keys.py``; Flower's strategies' in
-    ``clients/flower.py``) or a client class; its maths and networks come from shared modules. The
-    registry pairs strategies with clients, so a strategy module needs no client class."""
+    declaration (the ``Settings`` type, its instances and shared ``Key``s, ``clients/keys.py``;
+    Flower's strategies' in ``clients/flower.py``) or a client class; its maths and networks come
+    from shared modules. The registry pairs strategies with clients, so a strategy module needs no
+    client class."""
     from clients.base import FedClient
     from clients.keys import Settings
     from fedapp.core.config import Key
@@ -159,7 +160,8 @@ def test_servers_import_only_declarations_from_clients():
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("clients"):
                 module = __import__(node.module, fromlist=["_"])
                 offenders += [f"{name}: {node.module}.{a.name}" for a in node.names
-                              if not (node.module == "clients.flower" or isinstance(getattr(module, a.name), (Settings, Key))
+                              if not (node.module == "clients.flower" or getattr(module, a.name) is Settings
+                                      or isinstance(getattr(module, a.name), (Settings, Key))
                                       or isinstance(getattr(module, a.name), type)
                                       and issubclass(getattr(module, a.name), FedClient))]
     assert offenders == []

@@ -320,27 +320,30 @@ def resolve_paths(values: dict[str, Any]) -> None:
             values[name] = str(base / values[name])
 
 
-def own_keys(run_config: Mapping[str, Any], keys: Mapping[str, Key]) -> list[str]:
+def own_keys(run_config: Mapping[str, Any], keys: Mapping[str, Key],
+             prefixes: Iterable[str] | None = None) -> list[str]:
     """The keys of ``run_config`` that belong to the app fedapp runs in, not to fedapp: ``<prefix>.<name>``
-    under a prefix none of ``keys`` has nor resembles (``myapp.batch-size``). fedapp reads none of them;
-    the app's own code reads them from its Context. A key under a misspelt prefix (``pefl.k``) is not
-    one: it is refused as unknown, with the prefix it resembles."""
+    under a prefix no algorithm has (``prefixes``; default: those of ``keys``) nor resembles
+    (``myapp.batch-size``). fedapp reads none of them; the app's own code reads them from its Context.
+    A key under a misspelt prefix (``pefl.k``) is not one: it is refused as unknown, with the prefix it
+    resembles."""
     import difflib
 
-    prefixes = {k.split(".", 1)[0] for k in keys if "." in k}
+    prefixes = list({k.split(".", 1)[0] for k in keys if "." in k} if prefixes is None else prefixes)
     return sorted(k for k in run_config if k not in keys and "." in k
                   and not difflib.get_close_matches(k.split(".", 1)[0], prefixes, n=1, cutoff=0.75))
 
 
-def parse_common(run_config: Mapping[str, Any], keys: Mapping[str, Key] | None = None) -> RunConfig:
+def parse_common(run_config: Mapping[str, Any], keys: Mapping[str, Key] | None = None,
+                 prefixes: Iterable[str] | None = None) -> RunConfig:
     """Validate ``run_config`` (missing keys take defaults) against ``keys`` (default: the common
-    keys; ``fedapp.runtime.registry.parse_run_config`` passes every algorithm's too) into a RunConfig without
-    an algorithm prefix.
+    keys; ``fedapp.runtime.registry.parse_run_config`` passes every algorithm's too, and the algorithms'
+    ``prefixes`` for ``own_keys``) into a RunConfig without an algorithm prefix.
 
     Raises ConfigError for an unknown key, a bad value or an inconsistent pair of common keys.
     """
     keys = {k.name: k for k in COMMON_KEYS} if keys is None else keys
-    unknown = sorted(set(run_config) - set(keys) - set(own_keys(run_config, keys)))
+    unknown = sorted(set(run_config) - set(keys) - set(own_keys(run_config, keys, prefixes)))
     if unknown:
         import difflib
 

@@ -263,7 +263,7 @@ def check(run_config: Mapping[str, Any], local: bool = True, base: Path | None =
     machine from this run config's data (a simulation), so device and partitions are checked;
     ``base``: what a relative ``results-dir`` is relative to (default: the working directory)."""
     cfg = parse_run_config(run_config)
-    if own := own_keys(run_config, registry.all_keys()):
+    if own := own_keys(run_config, registry.all_keys(), registry.prefixes()):
         log(INFO, "run config key(s) %s: the app's own, which fedapp passes on and does not read", ", ".join(own))
     check_sizes(cfg)
     check_aggregation(cfg)

@@ -1,13 +1,14 @@
 """Algorithm registry: a name maps to a server strategy class and its client class.
 
-Each module in ``clients`` declares ``ALGORITHMS = {name: (Settings, Client)}``: the prefix and
-keys of the algorithm's own run-config settings and its client class (``clients/keys.py``). Each
-module in ``strategies`` declares ``ALGORITHMS = {name: Strategy}``, whose ``config_prefix``,
-``config_keys`` and ``client_keys`` are that declaration. Both are discovered here, so adding an
-algorithm touches no shared file. The whole run-config schema is built here from the declarations:
+Each module in ``clients`` declares ``ALGORITHMS = {name: (Settings, Client)}``: the algorithm's
+prefix, the run-config keys its clients read and its client class (``clients/keys.py``). Each
+module in ``strategies`` declares ``ALGORITHMS = {name: Strategy}``, whose ``config_keys`` are all
+the algorithm's keys: its clients' and the server's own, declared beside the strategy
+(``strategies.settings.declare``). Both are discovered here, so adding an algorithm touches no
+shared file. The whole run-config schema is built here from the declarations (``all_keys``):
 ``fedapp.core.config``'s common keys, the algorithm names as the choices of ``strategy``, and every
-algorithm's keys under its prefix (``parse_run_config``). A ClientApp parses its run config with
-``side="client"``, which imports no strategy.
+algorithm's keys under its prefix. A ClientApp parses its run config with ``side="client"``, from
+the declarations in ``clients`` alone: it imports no strategy.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -47,8 +48,8 @@ def _modules(package: ModuleType) -> Iterator[ModuleType]:
 
 @cache
 def declared() -> dict[str, tuple[Settings, type]]:
-    """Every algorithm's run-config settings and client class, as ``clients/`` declares them: all a
-    ClientApp needs, with no strategy imported."""
+    """Every algorithm's prefix, the keys its clients read and its client class, as ``clients/``
+    declares them: all a ClientApp needs, with no strategy imported."""
     import clients
 
     found: dict[str, tuple[Settings, type]] = {}
@@ -57,7 +58,7 @@ def declared() -> dict[str, tuple[Settings, type]]:
             if name in found:
                 raise RuntimeError(f"algorithm {name!r} declared twice")
             found[name] = declaration
-    _check_prefixes(settings for settings, _ in found.values())
+    _check_prefixes((settings.prefix, settings.keys) for settings, _ in found.values())
     return found
 
 
@@ -70,22 +71,26 @@ def algorithms() -> dict[str, AlgorithmSpec]:
         for name, strategy in getattr(module, "ALGORITHMS", {}).items():
             if name in found:
                 raise RuntimeError(f"algorithm {name!r} registered twice")
-            settings, client = declared().get(name, (None, None))
-            if (strategy.config_prefix, strategy.config_keys, strategy.client_keys) != settings:
-                raise RuntimeError(f"strategy {name!r} must take its config_prefix, config_keys and client_keys "
-                                   "from its declaration in clients/ (ALGORITHMS there)")
+            settings, client = declared().get(name, (Settings(""), None))
+            read = tuple(k.name for k in settings.keys)
+            if (strategy.config_prefix, strategy.client_keys) != (settings.prefix, read) or not all(
+                    k in strategy.config_keys for k in settings.keys):
+                raise RuntimeError(f"strategy {name!r} must take its config_prefix and client_keys from its "
+                                   "declaration in clients/ (ALGORITHMS there), its clients' keys among its "
+                                   "config_keys (strategies.settings.declare)")
             found[name] = AlgorithmSpec(name, strategy, client)
     if missing := sorted(set(declared()) - set(found)):
         raise RuntimeError(f"algorithms declared in clients/ without a strategy: {missing}")
+    _check_prefixes((spec.prefix, spec.keys) for spec in found.values())
     return found
 
 
-def _check_prefixes(declarations) -> None:
+def _check_prefixes(declarations: Iterable[tuple[str, tuple[Key, ...]]]) -> None:
     """Algorithms sharing a prefix must agree on each shared key's definition."""
     seen: dict[str, Key] = {}
-    for settings in declarations:
-        for key in settings.keys:
-            full = f"{settings.prefix}.{key.name}"
+    for prefix, keys in declarations:
+        for key in keys:
+            full = f"{prefix}.{key.name}"
             if full in seen and seen[full] != key:
                 raise RuntimeError(f"run config key {full!r} declared differently by two algorithms")
             seen[full] = key
@@ -111,12 +116,28 @@ def client(name: str) -> type:
 
 
 def all_keys() -> dict[str, Key]:
-    """Common keys (``strategy`` with the declared names as its choices) plus every declared
-    algorithm's prefixed keys."""
+    """The whole run-config schema, the server's: common keys (``strategy`` with the declared names as
+    its choices) plus every algorithm's prefixed keys, its clients' and its strategy's."""
+    return _schema((get(name).prefix, get(name).keys) for name in declared())
+
+
+def client_side_keys() -> dict[str, Key]:
+    """The keys a ClientApp checks: common keys plus the keys every algorithm's clients read, as
+    ``clients/`` declares them (no strategy imported)."""
+    return _schema((settings.prefix, settings.keys) for settings, _ in declared().values())
+
+
+def prefixes() -> set[str]:
+    """Every algorithm's prefix: a key under none of them (nor under one resembling one) is the
+    user's app's own (``fedapp.core.config.own_keys``)."""
+    return {settings.prefix for settings, _ in declared().values()}
+
+
+def _schema(declarations: Iterable[tuple[str, tuple[Key, ...]]]) -> dict[str, Key]:
     keys = {k.name: k for k in COMMON_KEYS}
     keys["strategy"] = dataclasses.replace(keys["strategy"], choices=tuple(declared()))
-    for settings, _ in declared().values():
-        keys.update({f"{settings.prefix}.{k.name}": k for k in settings.keys})
+    for prefix, algorithm_keys in declarations:
+        keys.update({f"{prefix}.{k.name}": k for k in algorithm_keys})
     return keys
 
 
@@ -128,15 +149,26 @@ def parse_run_config(run_config: Mapping[str, Any], side: Literal["server", "cli
     """Validate a whole run config (missing keys take defaults) into a RunConfig whose algorithm keys
     are its strategy's (``cfg.algo("rho")``).
 
-    Every key, value and error is the same on both sides. The server side adds the strategy's
-    cross-key checks (``check_config``); the client side (``side="client"``, a ClientApp) leaves them
-    to the server, which ran them before it sent anything, and imports no strategy.
+    The server side checks every key and adds the strategy's cross-key checks (``check_config``).
+    The client side (``side="client"``, a ClientApp) imports no strategy, so it knows only the keys
+    the clients read (``client_side_keys``): those and the common keys it checks as the server does, with
+    the same values, defaults and errors; a key under an algorithm's prefix that no client reads (a
+    server setting such as ``pefll.server-lr``) it takes as given, unchecked and without a default:
+    the server validated this same run config before it sent anything. Unknown keys and misspelt
+    prefixes are refused on both sides.
 
     Raises ConfigError for an unknown key, a bad value or an inconsistent pair.
     """
-    common = parse_common(run_config, all_keys())
-    settings, _ = declared()[common.strategy]
-    cfg = RunConfig(common.as_dict(), settings.prefix)
-    if side == "server":
-        get(common.strategy).strategy.check_config(cfg)
+    if side == "client":
+        return _parse_client_side(run_config)
+    common = parse_common(run_config, all_keys(), prefixes())
+    cfg = RunConfig(common.as_dict(), get(common.strategy).prefix)
+    get(common.strategy).strategy.check_config(cfg)
     return cfg
+
+
+def _parse_client_side(run_config: Mapping[str, Any]) -> RunConfig:
+    keys, known = client_side_keys(), prefixes()
+    unchecked = {k: v for k, v in run_config.items() if k not in keys and k.partition(".")[0] in known}
+    common = parse_common({k: v for k, v in run_config.items() if k not in unchecked}, keys, known)
+    return RunConfig({**common.as_dict(), **unchecked}, declared()[common.strategy][0].prefix)
