@@ -255,7 +255,7 @@ def test_dp_target_epsilon_solves_the_noise(caplog):
     releases with z spends the target to the accountant's precision (and no more), its rows carry that
     z, and the setting is refused without ``dp`` or beside a multiplier of one's own."""
     rc = {**SMALL, "strategy": "fedavg", "dp": "server-fixed", "dp-target-epsilon": 8.0, "num-server-rounds": 3}
-    with caplog.at_level("INFO"):
+    with caplog.at_level("INFO", logger="flwr"):
         run = run_local(rc)
     z = privacy.noise_for_target(8.0, 1e-5, 3)
     assert [r["dp-release-multiplier"] for r in run.history[1:]] == pytest.approx([z] * 3)

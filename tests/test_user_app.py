@@ -78,7 +78,7 @@ def test_server_without_data_builds_from_declared_shapes(tmp_path):
 def test_app_keys_pass_through(caplog):
     """Keys under a prefix of the app's own pass (fedapp reads none of them and says so once); a key
     under a misspelt prefix of fedapp's, or an unprefixed unknown key, is refused naming it."""
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO, logger="flwr"):
         cfg = preflight.check({"myapp.batch-size": 64, "myapp.note": "x", "num-clients": 2, "num-server-rounds": 1})
     assert "myapp.batch-size" not in cfg.as_dict()
     assert "run config key(s) myapp.batch-size, myapp.note: the app's own" in caplog.text

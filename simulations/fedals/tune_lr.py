@@ -31,14 +31,14 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-import strategies.base  # noqa: E402
+import fedapp.server.rounds  # noqa: E402
 from fedapp.runtime.inprocess import run_local  # noqa: E402
 from simulations.run import overrides, read  # noqa: E402
 
 
 def subset_evaluate(n: int, seed: int = 0):
-    """strategies.base.evaluate restricted to a fixed subset of n test images."""
-    full = strategies.base.evaluate
+    """The central evaluation (``fedapp.server.rounds.evaluate``) restricted to a fixed subset of n test images."""
+    full = fedapp.server.rounds.evaluate
 
     def evaluate(model, x, y, **kw):
         idx = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))[:n]
@@ -59,7 +59,7 @@ def main() -> None:
     ap.add_argument("--name", default="lr-tuning", help="results file stem under results/fedals/<setting stem>/")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    strategies.base.evaluate = subset_evaluate(args.test_subset)
+    fedapp.server.rounds.evaluate = subset_evaluate(args.test_subset)
     base = read(args.config) | overrides(args.set)
     base.update({"num-server-rounds": args.rounds, "eval-every": args.eval_every, "checkpoint-every": 0})
     out = ROOT / "results" / "fedals" / args.config.stem
