@@ -458,10 +458,14 @@ def markdown(res: Results, more: str | None = None) -> str:
             cells.append(fmt(round(statistics.fmean(theirs), 2)) if theirs else "-")
         lines.append("| " + " | ".join(cells + [ours]) + " |")
     seeds = res.seeds(*[m for m in res.table.methods if res.values(m)])
+    # rows of older records, without the config they ran with or their seconds, say so on the page
+    unrecorded = [r for r in res.rows if not r.get("config") or r.get("seconds") is None]
     lines.append("")
     lines.append(f"{column.label}; {metric.label}; ours at scale `{res.scale}` ({ran(res)}), seeds "
                  f"{', '.join(map(str, seeds)) or '-'}" + (f"; the paper: {res.table.paper_seeds} seeds"
                                                           if res.table.paper_seeds else "")
+                 + (f"; {len(unrecorded)} of our {len(res.rows)} rows are older records without the config they ran "
+                    f"with or their seconds (`python -m simulations.provenance` lists them)" if unrecorded else "")
                  + ("; a smoke run: the pipeline only, no verdict" if res.scale == "smoke" else "") + ".")
     return "\n".join(lines)
 
