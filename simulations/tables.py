@@ -7,8 +7,10 @@ Every paper's folder ``simulations/<paper>/`` has the same parts:
 * ``tables.py``: ``PAPER``, a :class:`Paper` declaring its tables (settings x methods x seeds, the
   metric and how it reads, the paper's numbers) and its claims;
 * ``summaries/<table>/<column>/<scale>.json``: the condensed summaries of the runs the page quotes
-  (one row a run: method, seed, the table's metric, its curve), and ``authors.json`` beside them for
-  the authors' code on the same setting where it was run;
+  (one row a run: method, seed, the table's metric, its curve, its run config and seconds), and
+  ``authors.json`` beside them for the authors' code on the same setting where it was run (each row its
+  seed and command); ``python -m simulations.provenance`` lists the rows that lack any of these and
+  replays a row from its stored config;
 * the drivers of the authors' code (their checkout and venv from arguments or environment variables);
 * ``README.md``: the paper's results page, whose tables sit between ``<!-- table ... -->`` markers;
 * ``claims.json`` and one ``<table>.png`` a table: written by :func:`build` from the summaries alone,
