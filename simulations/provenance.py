@@ -57,7 +57,9 @@ FEDALS_OLDER = ("rows of an older runner without their config: the settings do n
                 "replay of table2-150it's alpha25-s0, 10 rounds, gave 0.1456 for the stored 0.1525); rerun by the "
                 "table command, {cost}")
 HCCT_OLDER = ("rows of an older runner without their config, on CIFAR-10, where replays from the settings did not "
-              "give the stored values back (Table II train20, Table IV cpu); {cost}; rerun by the table command")
+              "give the stored values back (Table II train20's pattern-23-s0, 10 epochs: 0.675946 for 0.675017; Table "
+              "IV cpu's independent-s0, 5 epochs: 0.56727 for 0.566912; both files since rerun); {cost}; rerun by the "
+              "table command")
 PENDING = {
     "simulations/fedals/summaries/table1/cifar10-iid/cpu.json": FEDALS_OLDER.format(cost="4 runs of 3360-3650 s"),
     "simulations/fedals/summaries/table1/cifar10-noniid/cpu.json": FEDALS_OLDER.format(cost="9 runs of 3210-4910 s"),
@@ -84,10 +86,6 @@ PENDING = {
         "the command line of each main_cluster.py run was not kept (the claims give its form)",
     "simulations/hcct/summaries/table2/cifar10/paper.json": HCCT_OLDER.format(
         cost="its cheapest replay is a whole run (hcct-s2: 568 s; the rows keep epoch 10 only)"),
-    "simulations/hcct/summaries/table2/cifar10-train20/paper.json": HCCT_OLDER.format(
-        cost="the replay of pattern-23-s0 from the settings, all 10 epochs, gave 0.675946 for the stored 0.675017"),
-    "simulations/hcct/summaries/table4/cifar10/cpu.json": HCCT_OLDER.format(
-        cost="the replay of independent-s0 from the settings, all 5 epochs, gave 0.56727 for the stored 0.566912"),
     "simulations/hcct/summaries/table4/cifar10/paper.json": HCCT_OLDER.format(
         cost="its cheapest replay is a whole run (hcct-e-s3: 787 s; the rows keep epoch 50 only)"),
     "simulations/pefll/summaries/figure3/cifar10-100c.json":
