@@ -7,8 +7,10 @@ Every paper's folder ``simulations/<paper>/`` has the same parts:
 * ``tables.py``: ``PAPER``, a :class:`Paper` declaring its tables (settings x methods x seeds, the
   metric and how it reads, the paper's numbers) and its claims;
 * ``summaries/<table>/<column>/<scale>.json``: the condensed summaries of the runs the page quotes
-  (one row a run: method, seed, the table's metric, its curve), and ``authors.json`` beside them for
-  the authors' code on the same setting where it was run;
+  (one row a run: method, seed, the table's metric, its curve, its run config and seconds), and
+  ``authors.json`` beside them for the authors' code on the same setting where it was run (each row its
+  seed and command); ``python -m simulations.provenance`` lists the rows that lack any of these and
+  replays a row from its stored config;
 * the drivers of the authors' code (their checkout and venv from arguments or environment variables);
 * ``README.md``: the paper's results page, whose tables sit between ``<!-- table ... -->`` markers;
 * ``claims.json`` and one ``<table>.png`` a table: written by :func:`build` from the summaries alone,
@@ -458,10 +460,14 @@ def markdown(res: Results, more: str | None = None) -> str:
             cells.append(fmt(round(statistics.fmean(theirs), 2)) if theirs else "-")
         lines.append("| " + " | ".join(cells + [ours]) + " |")
     seeds = res.seeds(*[m for m in res.table.methods if res.values(m)])
+    # rows of older records, without the config they ran with or their seconds, say so on the page
+    unrecorded = [r for r in res.rows if not r.get("config") or r.get("seconds") is None]
     lines.append("")
     lines.append(f"{column.label}; {metric.label}; ours at scale `{res.scale}` ({ran(res)}), seeds "
                  f"{', '.join(map(str, seeds)) or '-'}" + (f"; the paper: {res.table.paper_seeds} seeds"
                                                           if res.table.paper_seeds else "")
+                 + (f"; {len(unrecorded)} of our {len(res.rows)} rows are older records without the config they ran "
+                    f"with or their seconds (`python -m simulations.provenance` lists them)" if unrecorded else "")
                  + ("; a smoke run: the pipeline only, no verdict" if res.scale == "smoke" else "") + ".")
     return "\n".join(lines)
 

@@ -2,11 +2,12 @@
 
     python -m simulations.fedals.authors SUMMARY.json --into table1/cifar10-noniid/fedals \
         table2/cifar10-noniid/alpha10
+    python -m simulations.fedals.authors --commands     # each committed row's command, from its setting
 
 SUMMARY is the harness summary ``authors_reduced.sh`` writes (``accuracy_per_round``: the test accuracy
 of the average of all node models every ``sampling_f`` iterations). Each ``--into TABLE/COLUMN/METHOD``
 adds (or replaces) that run's row in the column's ``authors.json``: its curve in our rounds (iterations /
-tau) and the table's reading of it. Their code seeds itself from ``os.urandom``, so ``seed`` numbers
+tau), the table's reading of it and the command that made it (:func:`command`). Their code seeds itself from ``os.urandom``, so ``seed`` numbers
 their runs of one method, not a seed of ours.
 """
 
@@ -27,10 +28,21 @@ def row(summary: dict, table: tables.Table, method: str, seed: int = 0) -> dict:
     curve = [[r["iteration"] // TAU, round(r["test_acc"], 6)] for r in summary["accuracy_per_round"]
              if r["iteration"] > 0]
     value = table.metric.value(curve)
+    setting = {k: summary["config"][k] for k in ("algo", "alpha", "L", "iterations", "sampling_f")}
     return {"run": f"authors-{method}-s{seed}", "method": method, "seed": seed,
             "seconds": round(summary["total_wall_sec"], 1), "value": None if value is None else round(value, 6),
             "rounds": curve[-1][0] if curve else 0, "curve": curve,
-            "setting": {k: summary["config"][k] for k in ("algo", "alpha", "L", "iterations", "sampling_f")}}
+            "setting": setting, "command": command(setting)}
+
+
+def command(setting: dict) -> str | None:
+    """The command that made a run of the authors' code with ``setting`` (a row's): ``authors_reduced.sh``
+    where the run is one of its (L = 19, evaluated every 100 iterations); None for another call of the
+    harness, whose command was not kept."""
+    if setting["L"] != "19" or setting["sampling_f"] != "100":
+        return None
+    iterations = "" if setting["iterations"] == "2001" else f" {setting['iterations']}"
+    return f"bash simulations/fedals/authors_reduced.sh {setting['alpha']} OUT{iterations}"
 
 
 def add(summary: dict, into: str) -> Path:
@@ -46,11 +58,28 @@ def add(summary: dict, into: str) -> Path:
     return path
 
 
+def with_commands() -> list[Path]:
+    """Give every committed row of the authors' code the command that made it, where it is known."""
+    paths = sorted(PAPER.folder.glob("summaries/*/*/authors.json"))
+    for path in paths:
+        doc = json.loads(path.read_text())
+        doc["rows"] = [r | {"command": command(r["setting"])} for r in doc["rows"]]
+        path.write_text(tables.dumps(doc))
+    return paths
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("summary", type=Path, help="the harness summary of one run of the authors' code")
-    p.add_argument("--into", nargs="+", required=True, metavar="TABLE/COLUMN/METHOD")
+    p.add_argument("summary", type=Path, nargs="?", help="the harness summary of one run of the authors' code")
+    p.add_argument("--into", nargs="+", metavar="TABLE/COLUMN/METHOD")
+    p.add_argument("--commands", action="store_true", help="fill in each committed row's command and stop")
     args = p.parse_args(argv)
+    if args.commands:
+        for path in with_commands():
+            print(f"wrote: {path}")
+        return
+    if args.summary is None or not args.into:
+        raise SystemExit("SUMMARY and --into: both are needed (or --commands)")
     summary = json.loads(args.summary.read_text())
     for into in args.into:
         print(f"wrote: {add(summary, into)}")
