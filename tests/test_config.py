@@ -5,6 +5,7 @@ import tomllib
 import pytest
 
 from fedapp.core.config import COMMON_KEYS, ConfigError
+from fedapp.runtime.appdir import flat
 from fedapp.runtime.registry import defaults, parse_run_config
 from tests.conftest import ROOT
 
@@ -12,12 +13,6 @@ from tests.conftest import ROOT
 def test_defaults_parse_and_match_pyproject():
     with open(ROOT / "pyproject.toml", "rb") as f:
         declared = tomllib.load(f)["tool"]["flwr"]["app"]["config"]
-
-    def flat(d, prefix=""):
-        out = {}
-        for k, v in d.items():
-            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-        return out
 
     assert flat(declared) == defaults()
     cfg = parse_run_config(flat(declared))

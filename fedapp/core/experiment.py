@@ -229,12 +229,15 @@ def declared_dataset(cfg: RunConfig) -> Dataset:
                    (), (), False)
 
 
+def server_reads_data(cfg: RunConfig, local: bool) -> bool:
+    """Whether the server reads the configured dataset: unless it needs none (not ``local``, the clients
+    elsewhere; central evaluation off; the shapes declared), when it builds from ``declared_dataset``."""
+    return local or cfg.central_eval or not cfg.input_shape
+
+
 def server_dataset(cfg: RunConfig, local: bool) -> Dataset:
-    """The data the server holds: the configured dataset, or, where it needs none (not ``local``, the
-    clients elsewhere, central evaluation off, the shapes declared), ``declared_dataset``."""
-    if local or cfg.central_eval or not cfg.input_shape:
-        return dataset(cfg)
-    return declared_dataset(cfg)
+    """The data the server holds: the configured dataset, or ``declared_dataset`` where it reads none."""
+    return dataset(cfg) if server_reads_data(cfg, local) else declared_dataset(cfg)
 
 
 def model_for(cfg: RunConfig, ds: Dataset | ClientData | None = None) -> torch.nn.Module:

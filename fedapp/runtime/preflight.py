@@ -28,7 +28,7 @@ from fedapp.runtime.registry import defaults, parse_run_config
 from fedapp.core.data import Dataset, local_test_split, prepare, split_seen_unseen
 from fedapp.core.data.sources import synthetic_bytes
 from fedapp.core.data.tables import ColumnError
-from fedapp.core.experiment import dataset, declared_dataset, model_for, partitions
+from fedapp.core.experiment import dataset, declared_dataset, model_for, partitions, server_reads_data
 
 
 def check_device(cfg: RunConfig) -> None:
@@ -274,7 +274,7 @@ def check(run_config: Mapping[str, Any], local: bool = True, base: Path | None =
     check_results_dir(cfg, base)
     if local:
         check_device(cfg)
-    ds = load_data(cfg) if local or cfg.central_eval or not cfg.input_shape else declared_dataset(cfg)
+    ds = load_data(cfg) if server_reads_data(cfg, local) else declared_dataset(cfg)
     check_model(cfg, ds)
     if local:
         check_partitions(cfg, ds)

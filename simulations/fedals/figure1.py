@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-import tomllib
 from pathlib import Path
 
 import torch
@@ -28,6 +27,7 @@ from fedapp.runtime.client_app import app
 from fedapp.runtime.inprocess import InProcessGrid
 from fedapp.runtime.preflight import check
 from fedapp.runtime.server_app import build_strategy
+from simulations.run import read
 
 HERE = Path(__file__).parent
 #: the cpu Table 1 FedAvg row's setting; FedAvg itself, tau = 50 (Fig. 1), evaluated after the last round
@@ -38,8 +38,7 @@ SMOKE = {"dataset": "synthetic", "model": "mlp", "local-steps": 2}
 
 
 def run_config(rounds: int, seed: int, smoke: bool = False) -> dict:
-    base = tomllib.loads(BASE.read_text())
-    base = {k: v for k, v in base.items() if not isinstance(v, dict)}  # FedALS's own keys (fedals.*) left out
+    base = {k: v for k, v in read(BASE).items() if not k.startswith("fedals.")}  # FedAvg's keys only
     return {**base, **FIGURE, **(SMOKE if smoke else {}), "num-server-rounds": rounds, "eval-every": rounds,
             "seed": seed}
 

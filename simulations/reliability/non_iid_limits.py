@@ -26,6 +26,7 @@ import torch
 from fedapp.runtime.faults import faulty_partitions
 from fedapp.runtime.registry import parse_run_config
 from fedapp.server.rounds import Driver
+from fedapp.server.screens import delta_pairs
 from simulations.attacks import LONG, SMALL, STRATEGIES, measure, run_config
 
 DATA = ("dirichlet", "natural", "iid")
@@ -41,14 +42,13 @@ def pair_minima(pairs, bad: set[int], pids: list[int]) -> dict[str, tuple[float 
     first = pairs[0]
     shared = [k for k, (_, ref) in first.items() if ref is not None and all(
         k in p and p[k][1] is not None and (p[k][1] is ref or torch.equal(p[k][1], ref)) for p in pairs)]
-    deltas = [k for k, (v, ref) in first.items() if ref is None and all(
-        k in p and p[k][1] is None and p[k][0].shape == v.shape for p in pairs)]
     out = {}
-    for kind, keys in (("model", shared), ("delta", deltas)):
-        if not keys:
+    # the delta records as the direction screen reads them (against one shared zero)
+    for kind, kind_pairs in (("model", [{k: p[k] for k in shared} for p in pairs]), ("delta", delta_pairs(pairs))):
+        if not kind_pairs[0]:
             continue
-        flat = np.stack([np.concatenate([(p[k][0].double() - (0.0 if kind == "delta" else p[k][1].double()))
-                                         .numpy().ravel() for k in keys]) for p in pairs])
+        flat = np.stack([np.concatenate([(v.double() - ref.double()).numpy().ravel() for v, ref in p.values()])
+                         for p in kind_pairs])
         norms = np.linalg.norm(flat, axis=1)
         unit = flat / np.where(norms > 0, norms, 1.0)[:, None]
         cos = unit @ unit.T
