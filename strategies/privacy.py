@@ -40,6 +40,7 @@ from flwr.serverapp.strategy import (DifferentialPrivacyClientSideAdaptiveClippi
                                      DifferentialPrivacyServerSideAdaptiveClipping,
                                      DifferentialPrivacyServerSideFixedClipping, Strategy)
 
+from fedapp.core.compat import zero_norm_clipping
 from fedapp.core.config import RunConfig
 from fedapp.core.dp_mod import CLIENT_MODS, CLIPPED, dp_mod  # noqa: F401  # dp_mod: a ClientApp's, also by this name
 from fedapp.server.discovery import sample_size
@@ -145,6 +146,7 @@ def wrapper(strategy: Wrapped) -> Strategy:
     if dp is not None:
         return dp
     cfg = strategy.cfg
+    zero_norm_clipping()
     n = sample_size(len(strategy.driver.train_pool()), cfg.fraction_train, cfg.min_train_nodes)
     cls = WRAPPERS[cfg.dp]
     if cfg.dp.endswith("fixed"):

@@ -267,3 +267,26 @@ def test_dp_target_epsilon_solves_the_noise(caplog):
     for extra, needle in (({"dp": "none"}, "needs 'dp'"), ({"dp-noise-multiplier": 2.0}, "both set the noise")):
         with pytest.raises(ConfigError, match=needle):
             preflight.check({**rc, **extra})
+
+
+@pytest.mark.parametrize("mechanism", ["server-fixed", "server-adaptive"])
+def test_an_update_of_norm_zero_passes_the_clipping(mechanism, monkeypatch):
+    """A reply equal to the model it was sent (here: a sign-flip fault whose factor is 0) has an update
+    of norm 0, on which Flower's FlatClip divides by zero; clipped, it is itself: the run goes on with
+    every reply averaged, and the clipping arithmetic is Flower's for every other update."""
+    from flwr.supercore import differential_privacy as flower_dp
+
+    from fedapp.core.compat import zero_norm_clipping
+    from fedapp.runtime import faults
+
+    monkeypatch.setitem(faults.FACTORS, "sign-flip", 0.0)
+    run = run_local({**SMALL, "strategy": "fedavg", "dp": mechanism, "dp-noise-multiplier": 0.0,
+                     "fault-fraction": 0.25, "fault-kind": "sign-flip"})
+    assert [r["replies"] for r in run.history[1:]] == [4, 4]
+    assert all(torch.isfinite(v).all() for v in run.global_state.values())
+    zero_norm_clipping()
+    zero = [np.zeros(3, np.float32)]
+    assert flower_dp.clip_inputs_inplace(zero, 1.0) is False and not zero[0].any()
+    long, short = [np.full(4, 1.0, np.float32)], [np.full(4, 0.1, np.float32)]
+    assert flower_dp.adaptive_clip_inputs_inplace(long, 1.0) is True and np.allclose(long[0], 0.5)
+    assert flower_dp.adaptive_clip_inputs_inplace(short, 1.0) is False and np.allclose(short[0], 0.1)

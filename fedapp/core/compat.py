@@ -188,3 +188,29 @@ def flatten_dict(values: dict[str, Any]) -> dict[str, Any]:
     from flwr.common.config import flatten_dict as flatten
 
     return flatten(values)
+
+
+def zero_norm_clipping() -> None:
+    """Flower's FlatClip (``clip_inputs_inplace``, ``adaptive_clip_inputs_inplace``) divides the
+    clipping norm by the update's norm, so an update of norm 0 (a reply equal to the model it was
+    sent) raises ZeroDivisionError: it stops a run under server-side dp (any one client can stop it
+    so) and fails that client's reply under client-side dp. Clipped, such an update is itself and
+    counts as not clipped: this installs Flower's arithmetic with that case, for its wrappers and its
+    clipping mods, once per process."""
+    from flwr.supercore import differential_privacy as dp
+
+    def clip(arrays, clipping_norm: float) -> bool:
+        norm = dp.get_norm(arrays)
+        scale = min(1, clipping_norm / norm) if norm > 0 else 1
+        for array in arrays:
+            array *= scale
+        return scale < 1
+
+    if getattr(dp.clip_inputs_inplace, "zero_norm", False):
+        return
+    clip.zero_norm = True  # type: ignore[attr-defined]
+    # the clipping mods and the fixed wrappers reach them through the module; the adaptive wrapper, where this
+    # process runs a ServerApp (a ClientApp imports none), took its own name for the adaptive one
+    dp.clip_inputs_inplace = dp.adaptive_clip_inputs_inplace = clip
+    if (wrapper := sys.modules.get("flwr.serverapp.strategy.dp_adaptive_clipping")) is not None:
+        wrapper.adaptive_clip_inputs_inplace = clip

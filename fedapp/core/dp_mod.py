@@ -9,6 +9,8 @@ from __future__ import annotations
 from flwr.app import Context, Message, MessageType
 from flwr.clientapp.mod import adaptiveclipping_mod, fixedclipping_mod
 
+from fedapp.core.compat import zero_norm_clipping
+
 #: ``dp`` -> Flower's clipping mod, applied by fedapp's ClientApp (:func:`dp_mod`)
 CLIENT_MODS = {"client-fixed": fixedclipping_mod, "client-adaptive": adaptiveclipping_mod}
 
@@ -26,6 +28,7 @@ def dp_mod(msg: Message, context: Context, call_next) -> Message:
     mod = CLIENT_MODS.get(str(context.run_config.get("dp", "none")))  # the ServerApp validated it
     if mod is None:
         return call_next(msg, context)
+    zero_norm_clipping()
     reply = mod(msg, context, call_next)
     if reply.has_content():  # clipped: the server takes only replies that say so
         reply.content["metrics"][CLIPPED] = 1
