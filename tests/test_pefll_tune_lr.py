@@ -39,3 +39,42 @@ def test_a_diverged_probe_is_stored_and_bounds_the_winner(tmp_path, monkeypatch)
         "stopped": "round 4: no valid training reply in 3 rounds in a row (max-empty-rounds)"}
     assert doc["winner"]["pfedme"] == {"lr": 0.1, "at-edge": False}
     assert doc["grid"] == [0.01, 0.03, 0.1, 0.3]  # the stored grid and the new probe
+
+
+def test_a_second_learning_rate_is_searched_with_the_first(tmp_path, monkeypatch):
+    """--grid2: every lr at every value of the method's second learning rate; the stored probes of the
+    one-dimensional grid count at the setting's value and are not run again; other methods ignore it."""
+    spec = importlib.util.spec_from_file_location("tune_lr", ROOT / "simulations/pefll/tune_lr.py")
+    tune = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tune)
+    ran = []
+
+    class Done:  # the score peaks at lr 0.01, beta 0.01
+        def __init__(self, config):
+            lr, beta = config["lr"], config.get("perfedavg.beta")
+            ran.append((config["strategy"], lr, beta))
+            self.history = [{tune.SCORE: 1 - abs(lr - 0.01) - abs((beta or 0) - 0.01)}]
+
+    monkeypatch.setattr(tune, "run_local", Done)
+    (tmp_path / "perfedavg.toml").write_text('strategy = "perfedavg"\n"perfedavg.beta" = 0.001\n')
+    (tmp_path / "fedavg.toml").write_text('strategy = "fedavg"\n')
+    out = tmp_path / "grid.json"
+    argv = ["tune_lr.py", str(tmp_path), "--rounds", "5", "--out", str(out), "--grid", "0.003", "0.01", "0.03"]
+    monkeypatch.setattr(sys, "argv", argv + ["--methods", "perfedavg"])
+    tune.main()
+    assert json.loads(out.read_text())["winner"]["perfedavg"] == {"lr": 0.01, "at-edge": False}
+    ran.clear()
+    monkeypatch.setattr(sys, "argv", argv + ["--methods", "perfedavg", "fedavg",
+                                             "--grid2", "perfedavg.beta", "0.001", "0.01", "0.1"])
+    tune.main()
+    assert ran == [("perfedavg", lr, b) for lr in (0.003, 0.01, 0.03) for b in (0.01, 0.1)] + [
+        ("fedavg", lr, None) for lr in (0.003, 0.01, 0.03)]
+    doc = json.loads(out.read_text())
+    assert doc["winner"]["perfedavg"] == {"lr": 0.01, "perfedavg.beta": 0.01, "at-edge": False}
+    assert doc["winner"]["fedavg"] == {"lr": 0.01, "at-edge": False}
+    assert [p["perfedavg.beta"] for p in doc["probes"][3:9]] == [0.01, 0.1] * 3
+    # the plain grid again: only the probes at the setting's beta count
+    monkeypatch.setattr(sys, "argv", argv + ["--methods", "perfedavg"])
+    ran.clear()
+    tune.main()
+    assert ran == [] and json.loads(out.read_text())["winner"]["perfedavg"] == {"lr": 0.01, "at-edge": False}
