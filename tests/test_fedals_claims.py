@@ -114,6 +114,22 @@ def test_fedals_authors_summary_reads_as_ours_at_any_length():
     assert tables.authors_reference(res) == {"means": {"fedals": 30.0, "fedavg": 40.0}, "seeds": [0]}
 
 
+def test_fedals_authors_row_keeps_the_mode_its_command_reruns():
+    """A run of their SCAFFOLD (settings line's mode "sca") keeps its mode in the row, and the row's command
+    reruns that mode; their FedAvg / FedALS (mode "sgd") keep the command they always had."""
+    config = {"algo": "FedALS", "alpha": "10", "L": "19", "iterations": "2001", "sampling_f": "100"}
+    summary = lambda **mode: {"total_wall_sec": 1.0, "config": config | mode,  # noqa: E731
+                              "accuracy_per_round": [{"iteration": 100, "test_acc": 0.5}]}
+    sca = authors.row(summary(mode="sca"), TABLE1, "fedals-scaffold")
+    assert sca["setting"]["mode"] == "sca"
+    assert sca["command"] == "bash simulations/fedals/authors_reduced.sh 10 OUT 2001 sca"
+    for plain in (summary(), summary(mode="sgd")):
+        r = authors.row(plain, TABLE1, "fedals")
+        assert "mode" not in r["setting"] and r["command"] == "bash simulations/fedals/authors_reduced.sh 10 OUT"
+    claim = next(c for c in PAPER.claims if c.id == "scaffold-noniid")
+    assert "authors_reduced.sh 10 OUT 2001 sca, then" in claim.reference_run
+    assert "OUT/authors-alpha10-sca.json --into table1/cifar10-noniid/fedals-scaffold" in claim.reference_run
+
 def test_fedals_cpu_settings_hold_each_methods_tuned_lr():
     args = argparse.Namespace(seeds=None, methods=None, set=[])
     for column, record in (("cifar10-noniid", "cifar10-noniid"), ("cifar10-iid", "cifar10-iid")):

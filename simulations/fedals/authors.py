@@ -28,7 +28,10 @@ def row(summary: dict, table: tables.Table, method: str, seed: int = 0) -> dict:
     curve = [[r["iteration"] // TAU, round(r["test_acc"], 6)] for r in summary["accuracy_per_round"]
              if r["iteration"] > 0]
     value = table.metric.value(curve)
-    setting = {k: summary["config"][k] for k in ("algo", "alpha", "L", "iterations", "sampling_f")}
+    config = summary["config"]
+    setting = {k: config[k] for k in ("algo", "alpha", "L", "iterations", "sampling_f")}
+    if config.get("mode", "sgd") != "sgd":  # another mode of their code than FedAvg / FedALS: their SCAFFOLD
+        setting["mode"] = config["mode"]
     return {"run": f"authors-{method}-s{seed}", "method": method, "seed": seed,
             "seconds": round(summary["total_wall_sec"], 1), "value": None if value is None else round(value, 6),
             "rounds": curve[-1][0] if curve else 0, "curve": curve,
@@ -41,8 +44,9 @@ def command(setting: dict) -> str | None:
     harness, whose command was not kept."""
     if setting["L"] != "19" or setting["sampling_f"] != "100":
         return None
-    iterations = "" if setting["iterations"] == "2001" else f" {setting['iterations']}"
-    return f"bash simulations/fedals/authors_reduced.sh {setting['alpha']} OUT{iterations}"
+    mode = f" {setting['mode']}" if "mode" in setting else ""
+    iterations = "" if setting["iterations"] == "2001" and not mode else f" {setting['iterations']}"
+    return f"bash simulations/fedals/authors_reduced.sh {setting['alpha']} OUT{iterations}{mode}"
 
 
 def add(summary: dict, into: str) -> Path:

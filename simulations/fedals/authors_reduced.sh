@@ -4,18 +4,33 @@
 # and edits only the settings block at the top of main_fed_layer.py):
 #   ANCHOR_HARNESS=<harness folder> ANCHOR_SRC=<folder holding their FedALS checkout> ANCHOR_PY=<their python> \
 #   ANCHOR_DATA=<folder holding cifar-10-batches-py> ANCHOR_WORK=<scratch folder> \
-#       bash simulations/fedals/authors_reduced.sh ALPHA OUT [ITERATIONS]
+#       bash simulations/fedals/authors_reduced.sh ALPHA OUT [ITERATIONS] [MODE]
 # ALPHA 1 is their FedAvg, 10 FedALS; L = 19 (all but the fc head), constant lr 2**-5.643856 = 0.02, heavy-ball
 # momentum, one thread, evaluated every 100 iterations; ITERATIONS defaults to 2001 (iterations 0..2000).
-# Writes OUT/authors-alpha<ALPHA>.json, the harness summary; python -m simulations.fedals.authors turns it into
-# rows of the summaries' authors.json.
+# MODE is their settings line's mode: "sgd" (the default: FedAvg / FedALS) or "sca" (their SCAFFOLD); the
+# harness fixes "sgd", so another mode runs a copy of run_FedALS.sh with that one word changed.
+# Writes OUT/authors-alpha<ALPHA>[-<MODE>].json, the harness summary; python -m simulations.fedals.authors
+# turns it into rows of the summaries' authors.json.
 set -euo pipefail
 ALPHA="${1:?alpha (1 = FedAvg, 10 = FedALS)}"
 OUT="${2:?folder for the summary}"
 ITERS="${3:-2001}"
+MODE="${4:-sgd}"
 HARNESS="${ANCHOR_HARNESS:?set ANCHOR_HARNESS to the folder holding run_FedALS.sh}"
 export ANCHOR_RESULTS="${ANCHOR_WORK:?set ANCHOR_WORK to a scratch folder}/results" ANCHOR_THREADS=1 ANCHOR_TIMEOUT=9000
 export FEDALS_LR_EXP=5.643856 FEDALS_CTE=True
+SUFFIX=""
+if [ "$MODE" != sgd ]; then
+  # the harness's other files stay where they are (linked); the summary records the mode
+  SUFFIX="-$MODE"
+  EDITED="$ANCHOR_WORK/harness-$MODE"
+  rm -rf "$EDITED" && mkdir -p "$EDITED"
+  ln -s "$HARNESS"/* "$EDITED"/ && rm "$EDITED/run_FedALS.sh"
+  sed -e 's/\\"sgd\\"\]/\\"'"$MODE"'\\"]/' \
+      -e "s/--config \"algo=/--config \"mode=$MODE,algo=/" "$HARNESS/run_FedALS.sh" > "$EDITED/run_FedALS.sh"
+  grep -qF "\\\"$MODE\\\"]" "$EDITED/run_FedALS.sh" || { echo "run_FedALS.sh: no settings line with mode \"sgd\" to change" >&2; exit 2; }
+  HARNESS="$EDITED"
+fi
 bash "$HARNESS/run_FedALS.sh" "$ALPHA" "$ITERS" 100
 mkdir -p "$OUT"
-cp "$ANCHOR_RESULTS/FedALS_alpha${ALPHA}_tau5_L19_it${ITERS}.json" "$OUT/authors-alpha${ALPHA}.json"
+cp "$ANCHOR_RESULTS/FedALS_alpha${ALPHA}_tau5_L19_it${ITERS}.json" "$OUT/authors-alpha${ALPHA}${SUFFIX}.json"

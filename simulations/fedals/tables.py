@@ -202,11 +202,12 @@ def table2_params(res: Results) -> Verdict:
     return Verdict(not differ, ours, "every count rounds to the paper's" if not differ else f"differ: {differ}")
 
 
-# The authors' code on the cpu setting (authors_reduced.sh: their main_fed_layer.py, non-IID, mode "sgd"), one run an
+# The authors' code on the cpu setting (authors_reduced.sh: their main_fed_layer.py, non-IID, mode "sgd" or another), one run an
 # alpha, condensed into a column's authors.json
-def authors_run(alpha: int, into: str, edit: str = "") -> str:
-    return (f"bash simulations/fedals/authors_reduced.sh {alpha} OUT{edit}, then python -m simulations.fedals.authors "
-            f"OUT/authors-alpha{alpha}.json --into {into}")
+def authors_run(alpha: int, into: str, edit: str = "", mode: str = "") -> str:
+    run = f" 2001 {mode}" if mode else ""
+    return (f"bash simulations/fedals/authors_reduced.sh {alpha} OUT{run}{edit}, then python -m simulations.fedals.authors "
+            f"OUT/authors-alpha{alpha}{'-' + mode if mode else ''}.json --into {into}")
 
 
 PAPER = Paper(
@@ -251,8 +252,7 @@ PAPER = Paper(
                                   "fedals": res.shown(res.mean("fedals", [0])),
                                   "at-other-lr": at_other_lr(res, "fedals-scaffold")}),
               "table1", "cifar10-noniid", methods=("fedavg", "fedals-scaffold"),
-              reference_run=authors_run(10, "table1/cifar10-noniid/fedals-scaffold",
-                                        " (their settings line's mode \"sgd\" set to \"sca\": their SCAFFOLD)")),
+              reference_run=authors_run(10, "table1/cifar10-noniid/fedals-scaffold", mode="sca")),
         Claim("table2-params", "bookkeeping",
               "Parameters communicated per client in 2x10^4 iterations (ResNet-20, 5 clients, tau = 5, up plus "
               "down) for alpha = 1, 5, 10, 25, 50, 100, as the strategy's records count them (exact).",
