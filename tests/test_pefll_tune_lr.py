@@ -78,3 +78,24 @@ def test_a_second_learning_rate_is_searched_with_the_first(tmp_path, monkeypatch
     ran.clear()
     tune.main()
     assert ran == [] and json.loads(out.read_text())["winner"]["perfedavg"] == {"lr": 0.01, "at-edge": False}
+
+
+def test_pefll_cpu_settings_hold_each_methods_grid_winner():
+    """Each tuned baseline's cpu setting runs at its grid winner, both learning rates where it has two
+    (Per-FedAvg's alpha and beta, pFedMe's lr and personal lr), and every probe of such a method says
+    the second rate it ran at, so a later grid reads the stored probes right whatever the setting holds."""
+    import tomllib
+
+    grid = json.loads((ROOT / "simulations/pefll/lr-grid/cifar10-100c-authors.json").read_text())
+    second = {"perfedavg": "perfedavg.beta", "pfedme": "pfedme.personal-lr"}
+    assert set(grid["winner"]) == {"fedavg", "perfedavg", "fedrep", "pfedme", "knnper"}
+    for method, won in grid["winner"].items():
+        setting = tomllib.loads((ROOT / "simulations/pefll/cifar10-100c-authors" / f"{method}.toml").read_text())
+        assert not won["at-edge"], method
+        assert setting["lr"] == won["lr"], method
+        if method in second:
+            assert setting[second[method]] == won[second[method]], method
+            probes = [p for p in grid["probes"] if p["method"] == method]
+            assert all(second[method] in p for p in probes), method
+            best = max((p for p in probes if p["score"] is not None), key=lambda p: p["score"])
+            assert (best["lr"], best[second[method]]) == (won["lr"], won[second[method]]), method

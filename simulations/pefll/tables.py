@@ -291,8 +291,9 @@ PAPER = Paper(
               on_seeds(all_of(**{f"{who} {m or 'seen'}": ahead("pefll", who, metric=m)
                                  for m in (None, "new") for who in ("fedavg", "fedrep")}), "pefll", "fedavg", "fedrep"),
               "shakespeare", "roles", paper={}, methods=("pefll", "fedavg", "fedrep"),
-              reference_run="the authors' train.py on Shakespeare and FL-bench 06e658b's main.py with method fedavg "
-                            "and fedrep, on our speaking-role clients, the steps of our runs, seed 0"),
+              reference_run="none exists: the authors' train.py loads CIFAR-10/100 only (no Shakespeare, no LSTM) and "
+                            "FL-bench 06e658b has no PeFLL; FL-bench's main.py with method fedavg and fedrep on our "
+                            "speaking-role clients would give the baselines' side only"),
         Claim("matches-authors-code", "learning",
               "Our PeFLL in the authors' configuration is within 5 points of the authors' train.py after the same "
               "100 steps, seen and new clients, without label masking (Table 1's evaluation); each side's mean "
