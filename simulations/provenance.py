@@ -98,9 +98,6 @@ PENDING = {
         "a run)",
     "simulations/pefll/summaries/vs-authors/cifar10-100c/authors.json":
         "pefll-s42 is a run that did not finish: no value, no command",
-    "simulations/pefll/summaries/vs-authors/cifar10-100c/cpu.json":
-        "pefll-s0/s1 are step 100 of table1's 400-step runs of those seeds, themselves without config or seconds "
-        "(see table1); rerun by the table command at 420-2450 s a run (the other rows' seconds)",
 }
 
 
