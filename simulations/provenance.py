@@ -92,10 +92,8 @@ PENDING = {
         "one run of the setting it names (figure3-cifar10-100c/pefll.toml), kept as its curve: no config of its "
         "own, no seconds",
     "simulations/pefll/summaries/table1/cifar10-100c/cpu.json":
-        "7 rows of earlier runs (local-s0, fedavg-s0/s1, fedrep-s0, pfedhn-s0, pefll-s0/s1) without config or "
-        "seconds, some made while the old dropping screen was the default: rerun by the table command (from the "
-        "other rows' seconds about 5100 s for local, 700-1300 s for fedavg, 2600 s for fedrep, 3150 s for pfedhn "
-        "a run)",
+        "local-s0, a row of an earlier run without config or seconds: rerun by the table command (local-s1 took "
+        "5099 s)",
     "simulations/pefll/summaries/vs-authors/cifar10-100c/authors.json":
         "pefll-s42 is a run that did not finish: no value, no command",
 }
