@@ -75,3 +75,24 @@ def test_committed_curve_matches_its_summary():
         steps = [s for s, _ in run["curve"]]
         assert steps == sorted(steps) and run["final"] == run["curve"][-1][1]
         assert all(-1.0 <= r <= 1.0 for _, r in run["curve"])
+
+
+def test_figure3_summary_keeps_each_runs_config_and_seconds(tmp_path, monkeypatch):
+    """figure3.py takes a run's config and seconds from the row simulations.run wrote beside it, and
+    refuses, naming the folder, a run without one."""
+    run = tmp_path / "out" / "pefll-s3"
+    run.mkdir(parents=True)
+    rng = np.random.default_rng(2)
+    hist = rng.integers(1, 50, size=(8, 3))
+    np.savez(run / "descriptors.npz", round=np.array([20]), v=rng.normal(size=(1, 8, 4)), pid=np.arange(8),
+             new=np.arange(8) % 4 == 0, hist=hist)
+    monkeypatch.setattr(figure3, "HERE", tmp_path)
+    monkeypatch.setattr(figure3, "plot", lambda summary, path: None)
+    with pytest.raises(SystemExit, match="pefll-s3: no row with its config"):
+        figure3.main([str(run)])
+    config = {"strategy": "pefll", "seed": 3, "num-server-rounds": 20}
+    (run.parent / "summary.json").write_text(json.dumps([{"run": "pefll-s3", "seconds": 12.5, "config": config}]))
+    figure3.main([str(run)])
+    (written,) = json.loads((tmp_path / "summaries" / "figure3" / "cifar10-100c.json").read_text())["runs"]
+    assert (written["seed"], written["seconds"], written["config"]) == (3, 12.5, config)
+    assert written["final"] == written["curve"][-1][1] and written["curve"][0][0] == 20

@@ -89,6 +89,17 @@ def plot(summary: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def run_record(folder: Path) -> dict:
+    """The row ``simulations.run`` wrote for the run in ``folder`` (its config and seconds), from the
+    ``summary.json`` beside it."""
+    summary = folder.parent / "summary.json"
+    rows = json.loads(summary.read_text()) if summary.is_file() else []
+    row = next((r for r in rows if r["run"] == folder.name), None)
+    if row is None or "config" not in row:
+        sys.exit(f"{folder}: no row with its config in {summary} (run it with python -m simulations.run, as above)")
+    return row
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", type=Path, help="run folders (OUT/pefll-s<seed>) holding descriptors.npz")
@@ -97,8 +108,10 @@ def main(argv: list[str] | None = None) -> None:
     for folder in args.runs:
         if not (folder / "descriptors.npz").is_file():
             sys.exit(f"{folder}: no descriptors.npz (a PeFLL run with fraction-evaluate > 0 writes it)")
+        made = run_record(folder)
         c = curve(folder / "descriptors.npz")
-        runs.append({"seed": int(folder.name.rsplit("-s", 1)[1]), "curve": c, "final": c[-1][1]})
+        runs.append({"seed": int(folder.name.rsplit("-s", 1)[1]), "curve": c, "final": c[-1][1],
+                     "seconds": made["seconds"], "config": made["config"]})
     summary = {"setting": f"simulations/pefll/{SETTING}", "paper_final_1000_clients": PAPER_FINAL_1000C,
                "runs": runs}
     out = HERE / "summaries" / "figure3" / "cifar10-100c.json"
