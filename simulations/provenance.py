@@ -88,9 +88,6 @@ PENDING = {
         cost="its cheapest replay is a whole run (hcct-s2: 568 s; the rows keep epoch 10 only)"),
     "simulations/hcct/summaries/table4/cifar10/paper.json": HCCT_OLDER.format(
         cost="its cheapest replay is a whole run (hcct-e-s3: 787 s; the rows keep epoch 50 only)"),
-    "simulations/pefll/summaries/figure3/cifar10-100c.json":
-        "one run of the setting it names (figure3-cifar10-100c/pefll.toml), kept as its curve: no config of its "
-        "own, no seconds",
     "simulations/pefll/summaries/table1/cifar10-100c/cpu.json":
         "local-s0, a row of an earlier run without config or seconds: rerun by the table command (local-s1 took "
         "5099 s)",
