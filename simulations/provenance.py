@@ -88,9 +88,6 @@ PENDING = {
         cost="its cheapest replay is a whole run (hcct-s2: 568 s; the rows keep epoch 10 only)"),
     "simulations/hcct/summaries/table4/cifar10/paper.json": HCCT_OLDER.format(
         cost="its cheapest replay is a whole run (hcct-e-s3: 787 s; the rows keep epoch 50 only)"),
-    "simulations/pefll/summaries/table1/cifar10-100c/cpu.json":
-        "local-s0, a row of an earlier run without config or seconds: rerun by the table command (local-s1 took "
-        "5099 s)",
     "simulations/pefll/summaries/vs-authors/cifar10-100c/authors.json":
         "pefll-s42 is a run that did not finish: no value, no command",
 }
