@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     runs = plan(args)
     out = args.out or default_out(args.files[0], read(args.files[0]) | overrides(args.set))
     summary_file = out / "summary.json"
-    rows = json.loads(summary_file.read_text()) if summary_file.exists() else []
+    rows = run_rows(summary_file)
     if args.curves:
         print(report.curves(out), end="")
         return
@@ -221,7 +221,7 @@ def execute(runs: list[tuple[str, str, dict]], out: Path, summarize, jobs: int =
     from fedapp.runtime.registry import parse_run_config
 
     summary_file = out / "summary.json"
-    earlier = {r["run"]: r["config"] for r in (json.loads(summary_file.read_text()) if summary_file.exists() else [])
+    earlier = {r["run"]: r["config"] for r in run_rows(summary_file)
                if "run" in r and "config" in r}
     for name, _, config in runs:
         try:
@@ -385,9 +385,14 @@ def claim_folder(out: Path, owner: dict) -> None:
     stamp.write_text(json.dumps(owner) + "\n")
 
 
+def run_rows(summary_file: Path) -> list[dict]:
+    """The rows of a results folder's ``summary.json`` (none before its first run ends)."""
+    return json.loads(summary_file.read_text()) if summary_file.exists() else []
+
+
 def done_runs(summary_file: Path) -> set[str]:
-    rows = json.loads(summary_file.read_text()) if summary_file.exists() else []
-    return {r.get("run", f"{r['method']}-s{r['seed']}") for r in rows}  # rows of older runners have no "run"
+    # rows of older runners have no "run"
+    return {r.get("run", f"{r['method']}-s{r['seed']}") for r in run_rows(summary_file)}
 
 
 def add_row(summary_file: Path, row: dict) -> None:
@@ -395,7 +400,7 @@ def add_row(summary_file: Path, row: dict) -> None:
     atomically, so runners writing to one folder at once (two cores, one queue) lose no row."""
     with open(summary_file.with_name(summary_file.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        rows = json.loads(summary_file.read_text()) if summary_file.exists() else []
+        rows = run_rows(summary_file)
         rows.append(row)
         tmp = summary_file.with_name(summary_file.name + ".tmp")
         tmp.write_text(json.dumps(rows, indent=1) + "\n")

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from simulations.run import run_rows
+
 HERE = Path(__file__).resolve().parent
 SETTING = "figure3-cifar10-100c/pefll.toml"
 # Section 4's reading of Figure 3 (CIFAR-10, 1000 clients): "reaching very high correlation values of
@@ -93,8 +95,7 @@ def run_record(folder: Path) -> dict:
     """The row ``simulations.run`` wrote for the run in ``folder`` (its config and seconds), from the
     ``summary.json`` beside it."""
     summary = folder.parent / "summary.json"
-    rows = json.loads(summary.read_text()) if summary.is_file() else []
-    row = next((r for r in rows if r["run"] == folder.name), None)
+    row = next((r for r in run_rows(summary) if r["run"] == folder.name), None)
     if row is None or "config" not in row:
         sys.exit(f"{folder}: no row with its config in {summary} (run it with python -m simulations.run, as above)")
     return row
