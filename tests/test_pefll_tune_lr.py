@@ -84,13 +84,13 @@ def test_pefll_cpu_settings_hold_each_methods_grid_winner():
     """Each tuned baseline's cpu setting runs at its grid winner, both learning rates where it has two
     (Per-FedAvg's alpha and beta, pFedMe's lr and personal lr), and every probe of such a method says
     the second rate it ran at, so a later grid reads the stored probes right whatever the setting holds."""
-    import tomllib
+    from simulations.run import read
 
     grid = json.loads((ROOT / "simulations/pefll/lr-grid/cifar10-100c-authors.json").read_text())
     second = {"perfedavg": "perfedavg.beta", "pfedme": "pfedme.personal-lr"}
     assert set(grid["winner"]) == {"fedavg", "perfedavg", "fedrep", "pfedme", "knnper"}
     for method, won in grid["winner"].items():
-        setting = tomllib.loads((ROOT / "simulations/pefll/cifar10-100c-authors" / f"{method}.toml").read_text())
+        setting = read(ROOT / "simulations/pefll/cifar10-100c-authors" / f"{method}.toml")
         assert not won["at-edge"], method
         assert setting["lr"] == won["lr"], method
         if method in second:
