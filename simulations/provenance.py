@@ -53,6 +53,11 @@ MISMATCH = {
         "about one test example of a large client, from an earlier state of the code or of its float arithmetic"),
 }
 
+# The decoded data the committed rows of ours were made from: the archives of ../shared/data as this project
+# decodes them (data_fingerprint). A machine whose copy decodes to other tensors (another copy of an archive,
+# another JPEG decoder) runs the rows on other data, so its replays cannot give their values back.
+DATA = {"cifar10": "709a4b660cbcf56b", "fashion_mnist": "696fc56b99fe57a9", "mnist": "71f2c65e44d04070"}
+
 FEDALS_OLDER = ("rows of an older runner without their config: the settings do not give their values back (the "
                 "replay of table2-150it's alpha25-s0, 10 rounds, gave 0.1456 for the stored 0.1525); rerun by the "
                 "table command, {cost}")
@@ -196,6 +201,32 @@ def stored_at(row: dict, upto: int) -> float:
     if upto == row["rounds"]:
         return row["value"]
     return next(v for rnd, v in row["curve"] if rnd == upto)
+
+
+def data_fingerprint(name: str, data_dir: str = "") -> str:
+    """sha1 (16 hex digits) of dataset ``name``'s decoded training and test tensors, as a run reads them."""
+    import hashlib
+
+    from fedapp.core.data.sources import load_dataset
+
+    ds = load_dataset(name, data_dir, num_clients=1, seed=0)
+    h = hashlib.sha1()
+    for t in (ds.train_x, ds.train_y, ds.test_x, ds.test_y):
+        h.update(t.contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def other_data(config: dict) -> str | None:
+    """Why a row of ``config`` cannot replay here, when this machine decodes its dataset to other tensors
+    than the rows were made from (:data:`DATA`); None when it decodes the same, or the data is not an archive."""
+    from fedapp.core.data import sources
+
+    name, data_dir = config.get("dataset", "synthetic"), config.get("data-dir", "")
+    if name not in DATA or (here := data_fingerprint(name, data_dir)) == DATA[name]:
+        return None
+    return (f"{name} as read here ({sources._find_local(name, sources.search_dirs(data_dir))}) decodes to other "
+            f"tensors (sha1 {here}) than the rows were made from ({DATA[name]}): another copy of the data or "
+            f"another image decoder")
 
 
 def tolerance(value: float) -> float:

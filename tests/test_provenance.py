@@ -38,6 +38,8 @@ def test_committed_rows_replay(path):
                     f"about {estimate} s (FEDAPP_REPLAY_ALL=1 runs it)")
     if why := absent_data(row["config"].get("dataset", "synthetic"), row["config"].get("data-dir", "")):
         pytest.skip(why)
+    if why := provenance.other_data(row["config"]):
+        pytest.skip(why)
     result = provenance.replay(doc, row, upto)
     assert result["rounds"] == upto and result["value"] == provenance.stored_at(row, upto)
     if rel(path) in provenance.MISMATCH:  # measured and declared: the replay gives exactly the declared value
@@ -77,3 +79,25 @@ def test_tolerance_is_half_the_last_stored_digit():
     assert provenance.tolerance(0.345201) == pytest.approx(5e-7, abs=1e-11)
     assert provenance.tolerance(12.279618) == pytest.approx(5e-7, abs=1e-11)
     assert provenance.tolerance(0.3939) < 1 / 10000  # one CIFAR-10 test image of 10,000 more is another run
+
+
+def test_other_data_names_a_changed_decode(tmp_path, monkeypatch):
+    # A row replays only on the tensors it was made from: the same image tree decodes to the recorded
+    # fingerprint (no reason), one changed pixel to another, named with both.
+    from PIL import Image
+
+    monkeypatch.setenv("FEDAPP_CACHE", str(tmp_path / "cache"))
+    for split in ("train", "test"):
+        for label in ("a", "b"):
+            (tmp_path / "tree" / split / label).mkdir(parents=True)
+            Image.new("RGB", (4, 4), (10, 20, 30 if label == "a" else 40)).save(tmp_path / "tree" / split / label / "0.png")
+    config = {"dataset": "imagefolder", "data-dir": str(tmp_path / "tree")}
+    made_from = provenance.data_fingerprint("imagefolder", config["data-dir"])
+    monkeypatch.setitem(provenance.DATA, "imagefolder", made_from)
+    assert provenance.other_data(config) is None
+    img = Image.new("RGB", (4, 4), (10, 20, 30))
+    img.putpixel((0, 0), (11, 20, 30))
+    img.save(tmp_path / "tree" / "test" / "a" / "0.png")
+    why = provenance.other_data(config)
+    assert why is not None and made_from in why and provenance.data_fingerprint("imagefolder", config["data-dir"]) in why
+    assert provenance.other_data({"dataset": "synthetic"}) is None
