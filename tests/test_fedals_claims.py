@@ -129,6 +129,45 @@ def test_fedals_authors_row_keeps_the_mode_its_command_reruns():
     claim = next(c for c in PAPER.claims if c.id == "scaffold-noniid")
     assert "authors_reduced.sh 10 OUT 2001 sca, then" in claim.reference_run
     assert "OUT/authors-alpha10-sca.json --into table1/cifar10-noniid/fedals-scaffold" in claim.reference_run
+    # their IID split likewise: kept in the row, and in the command that reruns it
+    iid = authors.row(summary(mode="sgd", split="iid(shuffled)"), TABLE1, "fedavg")
+    assert iid["setting"]["split"] == "iid"
+    assert iid["command"] == "bash simulations/fedals/authors_reduced.sh 10 OUT 2001 sgd iid"
+    claim = next(c for c in PAPER.claims if c.id == "iid-control")
+    assert ("authors_reduced.sh 1 OUT 2001 sgd iid, then python -m simulations.fedals.authors OUT/authors-alpha1-iid.json "
+            "--into table1/cifar10-iid/fedavg") in claim.reference_run
+
+
+STUB_HARNESS = r"""ALPHA=$1; ITERS=$2; H=5; L=19
+INP="inp = [None, \"5\", \"noniid\", \"$H\", \"$ALPHA\", \"$L\", \"0\", \"sgd\"]"
+set -- --config "algo=FedAvg,split=sorted-labels(2 classes/node),alpha=$ALPHA"
+mkdir -p "$ANCHOR_RESULTS"
+printf '%s\n%s\n' "$INP" "$2" > "$ANCHOR_RESULTS/FedALS_alpha${ALPHA}_tau5_L19_it${ITERS}.json"
+"""
+
+
+@pytest.mark.parametrize("args,suffix,inp,config", [
+    ((), "", '"noniid", "5", "1", "19", "0", "sgd"]', "algo=FedAvg,split=sorted-labels(2 classes/node)"),
+    (("2001", "sca"), "-sca", '"noniid", "5", "1", "19", "0", "sca"]', "mode=sca,algo=FedAvg,split=sorted-labels"),
+    (("2001", "sgd", "iid"), "-iid", '"iid", "5", "1", "19", "0", "sgd"]', "mode=sgd,algo=FedAvg,split=iid(shuffled)"),
+])
+def test_fedals_authors_reduced_edits_only_the_settings_asked(tmp_path, args, suffix, inp, config):
+    """authors_reduced.sh runs the harness as it is for their FedAvg / FedALS on the sorted split, and a copy
+    with the settings line's mode and split changed otherwise (a stub harness with the real one's two lines);
+    an unknown split is refused before anything runs."""
+    import subprocess
+
+    harness = tmp_path / "harness"
+    harness.mkdir()
+    (harness / "run_FedALS.sh").write_text(STUB_HARNESS)
+    env = {"PATH": "/usr/bin:/bin", "ANCHOR_HARNESS": str(harness), "ANCHOR_WORK": str(tmp_path / "work")}
+    script = str(ROOT / "simulations/fedals/authors_reduced.sh")
+    subprocess.run(["bash", script, "1", str(tmp_path / "out"), *args], env=env, check=True, capture_output=True)
+    ran_inp, ran_config = (tmp_path / "out" / f"authors-alpha1{suffix}.json").read_text().splitlines()
+    assert ran_inp.endswith(inp) and ran_config.startswith(config), (ran_inp, ran_config)
+    bad = subprocess.run(["bash", script, "1", str(tmp_path / "out"), "2001", "sgd", "dirichlet"], env=env,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.strip() == 'SPLIT: noniid or iid, not "dirichlet"'
 
 def test_fedals_cpu_settings_hold_each_methods_tuned_lr():
     args = argparse.Namespace(seeds=None, methods=None, set=[])

@@ -32,6 +32,8 @@ def row(summary: dict, table: tables.Table, method: str, seed: int = 0) -> dict:
     setting = {k: config[k] for k in ("algo", "alpha", "L", "iterations", "sampling_f")}
     if config.get("mode", "sgd") != "sgd":  # another mode of their code than FedAvg / FedALS: their SCAFFOLD
         setting["mode"] = config["mode"]
+    if config.get("split", "").startswith("iid"):  # their IID split (shuffled), not the sorted one
+        setting["split"] = "iid"
     return {"run": f"authors-{method}-s{seed}", "method": method, "seed": seed,
             "seconds": round(summary["total_wall_sec"], 1), "value": None if value is None else round(value, 6),
             "rounds": curve[-1][0] if curve else 0, "curve": curve,
@@ -44,9 +46,10 @@ def command(setting: dict) -> str | None:
     harness, whose command was not kept."""
     if setting["L"] != "19" or setting["sampling_f"] != "100":
         return None
-    mode = f" {setting['mode']}" if "mode" in setting else ""
+    split = " iid" if setting.get("split") == "iid" else ""
+    mode = f" {setting.get('mode', 'sgd')}" if "mode" in setting or split else ""
     iterations = "" if setting["iterations"] == "2001" and not mode else f" {setting['iterations']}"
-    return f"bash simulations/fedals/authors_reduced.sh {setting['alpha']} OUT{iterations}{mode}"
+    return f"bash simulations/fedals/authors_reduced.sh {setting['alpha']} OUT{iterations}{mode}{split}"
 
 
 def add(summary: dict, into: str) -> Path:

@@ -204,10 +204,11 @@ def table2_params(res: Results) -> Verdict:
 
 # The authors' code on the cpu setting (authors_reduced.sh: their main_fed_layer.py, non-IID, mode "sgd" or another), one run an
 # alpha, condensed into a column's authors.json
-def authors_run(alpha: int, into: str, edit: str = "", mode: str = "") -> str:
-    run = f" 2001 {mode}" if mode else ""
-    return (f"bash simulations/fedals/authors_reduced.sh {alpha} OUT{run}{edit}, then python -m simulations.fedals.authors "
-            f"OUT/authors-alpha{alpha}{'-' + mode if mode else ''}.json --into {into}")
+def authors_run(alpha: int, into: str, mode: str = "", split: str = "") -> str:
+    run = f" 2001 {mode or 'sgd'}{' ' + split if split else ''}" if mode or split else ""
+    suffix = (f"-{mode}" if mode else "") + (f"-{split}" if split else "")
+    return (f"bash simulations/fedals/authors_reduced.sh {alpha} OUT{run}, then python -m simulations.fedals.authors "
+            f"OUT/authors-alpha{alpha}{suffix}.json --into {into}")
 
 
 PAPER = Paper(
@@ -239,8 +240,7 @@ PAPER = Paper(
               "FedALS 0.01); the runs at 0.02 are beside.",
               beside(not_behind("fedals", "fedavg", 1.0), lambda res: {"at-other-lr": at_other_lr(res, "fedavg", "fedals")}),
               "table1", "cifar10-iid", methods=("fedavg", "fedals"),
-              reference_run="; ".join(authors_run(a, f"table1/cifar10-iid/{m}", " (their settings line's split "
-                                                                                   "\"noniid\" set to \"iid\")")
+              reference_run="; ".join(authors_run(a, f"table1/cifar10-iid/{m}", split="iid")
                                       for a, m in ((1, "fedavg"), (10, "fedals")))),
         Claim("scaffold-noniid", "learning",
               "Non-IID CIFAR-10: FedALS + SCAFFOLD (alpha = 10) keeps FedALS's gain over FedAvg (Table 1: 51.21 "
