@@ -23,7 +23,8 @@ rows of the same runs, adds those of runs the file lacks and keeps the others: a
 
 The value must come back within the rounding it was stored at (:func:`tolerance`): a run on the CPU with
 one torch thread and a fixed seed repeats bit for bit, and an accuracy over N test examples moves in steps
-of 1/N, so anything but a rounding difference is another run.
+of 1/N, so anything but a rounding difference is another run. On the same data: CIFAR-10's images are JPEG
+files, and a machine whose copy decodes to other pixels runs other data (:data:`DATA`, :func:`other_data`).
 """
 
 from __future__ import annotations
