@@ -34,8 +34,8 @@ import types
 from pathlib import Path
 
 RULES = {"dirichlet-hsu": ("Dirichlet", "partition-alpha"), "pathological-hsu": ("Pathological", "partition-classes")}
-PREFIX = {"FedAvg": "fedavg", "SCAFFOLD": "scaffold", "FedDyn": "feddyn", "FedSAM": "fedsam",
-          "MoFedSAM": "mofedsam", "FedSpeed": "fedspeed", "FedSMOO": "fedsmoo"}
+PREFIX = {"FedAvg": "fedavg", "FedAdam": "fedadam", "SCAFFOLD": "scaffold", "FedCM": "fedcm", "FedDyn": "feddyn",
+          "FedSAM": "fedsam", "MoFedSAM": "mofedsam", "FedSpeed": "fedspeed", "FedSMOO": "fedsmoo"}
 
 
 def main() -> None:
@@ -86,10 +86,13 @@ def main() -> None:
     args = types.SimpleNamespace(
         dataset="CIFAR10", total_client=cfg["num-clients"], active_ratio=cfg["fraction-train"],
         comm_rounds=a.rounds or cfg["num-server-rounds"], local_epochs=cfg["local-epochs"], batchsize=cfg["batch-size"],
-        weight_decay=cfg["weight-decay"], local_learning_rate=cfg["lr"], global_learning_rate=1.0,
+        weight_decay=cfg["weight-decay"], local_learning_rate=cfg["lr"],
+        # FedAdam's server step: the simulator's global lr is fedapp's eta, its epsilon fedapp's tau
+        global_learning_rate=cfg.get("fedadam.eta", 1.0) if pre == "fedadam" else 1.0,
         lr_decay=cfg.get(f"{pre}.lr-decay") or cfg["lr-decay"], seed=a.seed, use_RI=False,
-        alpha=cfg.get(f"{pre}.alpha", 0.1), beta=0.1, beta1=0.9, beta2=0.99,
-        lamb=1.0 / cfg.get(f"{pre}.beta", 10.0), rho=cfg.get(f"{pre}.rho", 0.1), gamma=1.0, epsilon=0.01,
+        alpha=cfg.get(f"{pre}.alpha", 0.1), beta=0.1, beta1=cfg.get("fedadam.beta-1", 0.9),
+        beta2=cfg.get("fedadam.beta-2", 0.99), lamb=1.0 / cfg.get(f"{pre}.beta", 10.0),
+        rho=cfg.get(f"{pre}.rho", 0.1), gamma=1.0, epsilon=cfg.get("fedadam.tau", 0.01),
         method=a.method, out_file=str(a.work / "out"), non_iid=True, split_rule=rule,
         split_coef=float(cfg[coef_key]))  # a float, as train.py's --split-coef
     torch.manual_seed(a.seed)  # as the simulator's train.py, in its order
@@ -127,7 +130,18 @@ def main() -> None:
                                                                                              dataset_name)
     srv.train()
     if a.summary:
-        add_to_summary(a.summary, column, {"method": pre, "seed": a.seed, "seconds": round(time.time() - t0, 1)}, rows)
+        add_to_summary(a.summary, column, {"method": pre, "seed": a.seed, "seconds": round(time.time() - t0, 1),
+                                           "command": command(a)}, rows)
+
+
+def command(a: argparse.Namespace) -> str:
+    """The command line that made a run (paths to the authors' code and the data as placeholders)."""
+    extra = "".join(f" --{k} {v}" for k, v in (("rounds", a.rounds), ("sampling", a.sampling if a.sampling !=
+                                                                                  "bernoulli" else None)) if v)
+    extra += f" --set {' '.join(a.set)}" if a.set else ""
+    return (f"python simulations/fedsmoo/fl_simulator_reduced.py --simulator <FL-Simulator 502bec6> --venv <its venv> "
+            f"--data <cifar-10-batches-py folder> --method {a.method} --seed {a.seed} --out OUT "
+            f"--config simulations/fedsmoo/{Path(a.config).name}{extra}")
 
 
 def reduced_column(config: str) -> str:
@@ -142,7 +156,8 @@ def reduced_column(config: str) -> str:
 
 def add_to_summary(path: Path, column: str, row: dict, history: list[dict]) -> None:
     """Put one run's condensed row (Table 1's metric and curve, as fedapp's runs have) in the authors'
-    summary of ``column``, replacing a row of the same method and seed."""
+    summary of ``column``, replacing a row of the same method and seed (and a recorded mean of the method's
+    seeds, a row without a seed of its own)."""
     from simulations.fedsmoo.tables import TABLE1
     from simulations.tables import dumps
 
@@ -150,7 +165,11 @@ def add_to_summary(path: Path, column: str, row: dict, history: list[dict]) -> N
     row |= {"value": round(TABLE1.metric.value(curve), 6), "rounds": history[-1]["round"], "curve": curve}
     doc = json.loads(path.read_text()) if path.exists() else {
         "paper": "fedsmoo", "table": "table1", "column": column, "scale": "cpu", "rows": []}
-    doc["rows"] = [r for r in doc["rows"] if (r["method"], r["seed"]) != (row["method"], row["seed"])] + [row]
+    doc["rows"] = [r for r in doc["rows"] if r["method"] != row["method"] or r["seed"] not in (row["seed"], None)]
+    doc["rows"] = sorted(doc["rows"] + [row], key=lambda r: (list(PREFIX.values()).index(r["method"]), r["seed"]))
+    if all(r["seed"] is not None for r in doc["rows"]):  # no recorded mean left for a note to describe
+        doc.pop("note", None)
+    doc["code"] = "woodenchild95/FL-Simulator 502bec6, simulations/fedsmoo/fl_simulator_reduced.py (its Bernoulli client draw)"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(dumps(doc))
 
