@@ -230,3 +230,34 @@ def test_simulator_run_condenses_into_the_authors_summary(tmp_path):
         ("fedavg", 0.1, 10, [[5, 0.05], [10, 0.1]]), ("fedsmoo", 0.1, 11, [[5, 0.05], [10, 0.1]])]
     with pytest.raises(SystemExit, match="--config: paper-cifar10-path3-10pct-of-100.toml is not one of"):
         reduced_column("paper-cifar10-path3-10pct-of-100.toml")
+
+
+def test_simulator_seed_rows_replace_a_recorded_mean(tmp_path):
+    """A recorded mean of a method's seeds (a row without a seed of its own) gives way to the method's first
+    per-seed row; once none is left, the note describing them goes too; each row keeps the command that made it."""
+    import argparse
+    import json
+
+    from simulations.fedsmoo.fl_simulator_reduced import add_to_summary, command
+
+    path = tmp_path / "authors.json"
+    path.write_text(json.dumps({"paper": "fedsmoo", "table": "table1", "column": "cifar10-path3-10pct", "scale": "cpu",
+                                "note": "means as recorded", "rows": [
+                                    {"method": m, "seed": None, "seeds": [20, 21], "value": 0.3, "rounds": 10}
+                                    for m in ("fedavg", "fedsmoo")]}))
+    history = [{"round": 10, "central-accuracy": 0.4}]
+    a = argparse.Namespace(method="FedAvg", seed=21, rounds=None, sampling="bernoulli", set=[],
+                           config="simulations/fedsmoo/reduced-cifar10-mlp-path3-10pct-of-100.toml")
+    add_to_summary(path, "cifar10-path3-10pct", {"method": "fedavg", "seed": 21, "command": command(a)}, history)
+    doc = json.loads(path.read_text())
+    assert [(r["method"], r["seed"]) for r in doc["rows"]] == [("fedavg", 21), ("fedsmoo", None)]
+    assert doc["note"] == "means as recorded"
+    assert doc["rows"][0]["command"] == (
+        "python simulations/fedsmoo/fl_simulator_reduced.py --simulator <FL-Simulator 502bec6> --venv <its venv> "
+        "--data <cifar-10-batches-py folder> --method FedAvg --seed 21 --out OUT "
+        "--config simulations/fedsmoo/reduced-cifar10-mlp-path3-10pct-of-100.toml")
+    add_to_summary(path, "cifar10-path3-10pct", {"method": "fedsmoo", "seed": 20}, history)
+    add_to_summary(path, "cifar10-path3-10pct", {"method": "fedavg", "seed": 20}, history)
+    doc = json.loads(path.read_text())
+    assert [(r["method"], r["seed"]) for r in doc["rows"]] == [("fedavg", 20), ("fedavg", 21), ("fedsmoo", 20)]
+    assert "note" not in doc

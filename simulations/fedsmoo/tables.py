@@ -114,9 +114,9 @@ def first_and_last(top: str, bottom: str, among: list[str]) -> Callable[[Results
     return check
 
 
-def recorded_means(res: Results) -> dict | None:
-    """The authors' simulator on the same setting: its per-method means over the seeds it ran, as recorded
-    (its per-seed values were not kept)."""
+def simulator_means(res: Results) -> dict | None:
+    """The authors' simulator on the same setting (``fl_simulator_reduced.py``, one run a method and seed): its
+    per-method means over the seeds it ran."""
     if not res.authors:
         return None
     return {"code": "woodenchild95/FL-Simulator 502bec6 (fl_simulator_reduced.py)",
@@ -133,7 +133,7 @@ def ordering_claim(cid: str, claim_id: str) -> Claim:
         f"(an MLP, 60 rounds, 1 local epoch).",
         first_and_last("fedsmoo", "fedavg", REDUCED_METHODS), "table1", cid,
         paper={m: col.paper[m] for m in REDUCED_METHODS if col.paper[m] is not None},
-        reference=recorded_means, methods=tuple(REDUCED_METHODS),
+        reference=simulator_means, methods=tuple(REDUCED_METHODS),
         reference_run=f"python simulations/fedsmoo/fl_simulator_reduced.py --simulator <authors' checkout> --venv "
                       f"<their venv> --data <cifar-10-batches-py folder> --method <METHOD> --seed <20|21> --out OUT "
                       f"--config simulations/fedsmoo/{col.settings['cpu']}")
