@@ -78,12 +78,6 @@ PENDING = {
     "simulations/fedals/summaries/table2-150it/cifar10-noniid/authors.json":
         "the authors' run evaluated every 150 iterations, a call of their harness that authors_reduced.sh does "
         "not make; its command was not kept",
-    "simulations/fedsmoo/summaries/table1/cifar10-dir0.1-10pct/authors.json":
-        "FL-Simulator's means over seeds 20 and 21 as recorded, no per-seed values: rerun by "
-        "fl_simulator_reduced.py (one run a method and seed), which needs their checkout",
-    "simulations/fedsmoo/summaries/table1/cifar10-path3-10pct/authors.json":
-        "FL-Simulator's means over seeds 20 and 21 as recorded, no per-seed values: rerun by "
-        "fl_simulator_reduced.py (one run a method and seed), which needs their checkout",
     "simulations/hcct/summaries/fig3/cifar10/authors.json":
         "the command line of each main_cluster.py run was not kept (the claims give its form)",
     "simulations/hcct/summaries/table4/cifar10/authors.json":
