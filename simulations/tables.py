@@ -358,10 +358,37 @@ def reference_verdict(claim: Claim, res: Results) -> tuple[bool | None, str]:
     missing = [m for m in needed if not theirs.values(m)]
     if missing:
         ran = [m for m in needed if m not in missing]
-        return None, (f"the authors' code ran {', '.join(ran) or 'none of the compared methods'} at this "
-                      f"setting, not {', '.join(missing)}")
+        why = (f"the authors' code ran {', '.join(ran) or 'none of the compared methods'} at this setting, not "
+               f"{', '.join(missing)}")
+        decided = verdict_without(claim, theirs, missing) if ran else None
+        if decided is None:
+            return None, why
+        return decided.holds, f"{decided.note}; {why}, which cannot change the verdict"
     verdict = claim.check(theirs)
     return bool(verdict.holds), verdict.note
+
+
+# Stand-ins for a method the authors' code did not run, beyond any value a run can give
+EXTREMES = (-1e9, 1e9)
+
+
+def verdict_without(claim: Claim, theirs: Results, missing: list[str]) -> Verdict | None:
+    """The check's verdict on the rows there are, when every missing method at either extreme value (on every
+    seed the rows have) gives the same one, so no run of it could change the verdict; else None. The claims'
+    checks compare means, so a verdict that stands at both extremes stands between them."""
+    seeds = sorted({r["seed"] for r in theirs.rows if r.get("seed") is not None})
+    verdicts = []
+    for value in EXTREMES:
+        stand_ins = [{"method": m, "seed": s, "value": value} for m in missing for s in seeds]
+        rows = Results(theirs.paper, theirs.table_id, theirs.column_id, theirs.scale, theirs.rows + stand_ins, [],
+                       of_reference=True)
+        try:
+            verdicts.append(claim.check(rows))
+        except (KeyError, TypeError, ValueError):  # a check that reads more of a row than its value
+            return None
+    if len({bool(v.holds) for v in verdicts}) != 1:
+        return None
+    return Verdict(bool(verdicts[0].holds), {}, claim.check(theirs).note)
 
 
 def claim_record(paper: Paper, claim: Claim, res: Results | None = None) -> dict:

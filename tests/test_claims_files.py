@@ -64,9 +64,10 @@ def test_every_false_claim_has_reference_verdict():
     # HCCT: 29.50 against Global 29.16 (within 1), 39.56 = Independent, arrivals 35.07 / 33.55 / 36.63 not falling
     assert verdicts["hcct", "fmnist-close-to-global"] is verdicts["hcct", "cifar10-close-to-independent"] is True
     assert verdicts["hcct", "arrivals-lower-final-error"] is False
-    # not yet run on the authors' code (alpha 5 and 25, the IID split; FL-bench's baselines)
-    assert all(verdicts[k] is None for k in (("fedals", "alpha-sweep"), ("fedals", "iid-control"),
-                                             ("pefll", "table1-ordering-fedrep-local")))
+    # their alpha 10 (22.58) below their alpha 1 (26.14), alpha 25 20.96: no alpha 5 could make the sweep hold
+    assert verdicts["fedals", "alpha-sweep"] is False
+    # not yet run on the authors' code (the IID split; FL-bench's baselines)
+    assert all(verdicts[k] is None for k in (("fedals", "iid-control"), ("pefll", "table1-ordering-fedrep-local")))
 
 
 def test_reference_verdict_is_the_claims_own_check_on_the_authors_rows():
@@ -90,3 +91,30 @@ def test_reference_verdict_is_the_claims_own_check_on_the_authors_rows():
     assert record["reference_note"] == "the authors' code ran a at this setting, not b"
     res.authors = []
     assert tables.claim_record(paper, claim, res)["reference_note"] == "no run of the authors' code at this setting yet"
+
+
+def test_reference_verdict_stands_where_a_missing_method_cannot_change_it():
+    """"a and b both beat c": with their c above their a, no run of b can make it hold, so the verdict stands
+    without b; with a above c it depends on b, so there is none."""
+    from simulations.tables import Claim, Column, Metric, Paper, Results, Table, Verdict
+
+    table = Table("t", Metric("acc", "accuracy (%)"), {"a": {}, "b": {}, "c": {}},
+                  {"col": Column("col", {"cpu": "x.toml"})}, seeds={"cpu": [0]})
+    paper = Paper("toy", "Toy", "https://example.org", {"t": table})
+
+    def both_beat_c(res):
+        means = {m: res.mean(m) for m in ("a", "b", "c") if res.values(m)}
+        return Verdict(all(means[m] > means["c"] for m in ("a", "b") if m in means), means, f"means {means}")
+
+    claim = Claim("a-b-over-c", "learning", "a and b beat c.", both_beat_c, "t", "col", methods=("a", "b", "c"),
+                  reference_run="their runs")
+    row = lambda m, v: {"method": m, "seed": 0, "value": v}  # noqa: E731
+    res = Results(paper, "t", "col", "cpu", [row(m, 0.5) for m in "abc"], [row("a", 0.4), row("c", 0.5)])
+    record = tables.claim_record(paper, claim, res)
+    assert record["reference_holds"] is False
+    assert record["reference_note"] == ("means {'a': 0.4, 'c': 0.5}; the authors' code ran a, c at this setting, "
+                                        "not b, which cannot change the verdict")
+    res.authors = [row("a", 0.6), row("c", 0.5)]
+    record = tables.claim_record(paper, claim, res)
+    assert record["reference_holds"] is None
+    assert record["reference_note"] == "the authors' code ran a, c at this setting, not b"
