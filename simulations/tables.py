@@ -368,27 +368,32 @@ def reference_verdict(claim: Claim, res: Results) -> tuple[bool | None, str]:
     return bool(verdict.holds), verdict.note
 
 
-# Stand-ins for a method the authors' code did not run, beyond any value a run can give
-EXTREMES = (-1e9, 1e9)
-
-
 def verdict_without(claim: Claim, theirs: Results, missing: list[str]) -> Verdict | None:
-    """The check's verdict on the rows there are, when every missing method at either extreme value (on every
-    seed the rows have) gives the same one, so no run of it could change the verdict; else None. The claims'
-    checks compare means, so a verdict that stands at both extremes stands between them."""
+    """The check's verdict on the rows there are, when one method is missing from the authors' code's runs of
+    one seed and no value of it could change the verdict; else None. Tried: every value the other rows hold,
+    just above and below each, both extremes, and a grid 1e-4 wide from one span below the rows' values to one
+    above (accuracies in points: 0.01), so a verdict that holds only between two of those is not missed."""
     seeds = sorted({r["seed"] for r in theirs.rows if r.get("seed") is not None})
-    verdicts = []
-    for value in EXTREMES:
-        stand_ins = [{"method": m, "seed": s, "value": value} for m in missing for s in seeds]
-        rows = Results(theirs.paper, theirs.table_id, theirs.column_id, theirs.scale, theirs.rows + stand_ins, [],
+    if len(missing) != 1 or len(seeds) != 1:
+        return None
+    held = [r["value"] for r in theirs.rows if r.get("value") is not None]
+    lo, hi = min(held), max(held)
+    span = (hi - lo) or 1.0
+    steps = int(3 * span / 1e-4)
+    grid = {lo - span + k * 1e-4 for k in range(steps + 1)} | {-1e9, 1e9}
+    grid |= {v + d for v in held for d in (-1e-9, 0.0, 1e-9)}
+    verdicts = set()
+    for value in sorted(grid):
+        stand_in = {"method": missing[0], "seed": seeds[0], "value": value}
+        rows = Results(theirs.paper, theirs.table_id, theirs.column_id, theirs.scale, [*theirs.rows, stand_in], [],
                        of_reference=True)
         try:
-            verdicts.append(claim.check(rows))
+            verdicts.add(bool(claim.check(rows).holds))
         except (KeyError, TypeError, ValueError):  # a check that reads more of a row than its value
             return None
-    if len({bool(v.holds) for v in verdicts}) != 1:
-        return None
-    return Verdict(bool(verdicts[0].holds), {}, claim.check(theirs).note)
+        if len(verdicts) > 1:
+            return None
+    return Verdict(verdicts.pop(), {}, claim.check(theirs).note)
 
 
 def claim_record(paper: Paper, claim: Claim, res: Results | None = None) -> dict:

@@ -95,7 +95,8 @@ def test_reference_verdict_is_the_claims_own_check_on_the_authors_rows():
 
 def test_reference_verdict_stands_where_a_missing_method_cannot_change_it():
     """"a and b both beat c": with their c above their a, no run of b can make it hold, so the verdict stands
-    without b; with a above c it depends on b, so there is none."""
+    without b; with a above c it depends on b, so there is none. "a first, c last" fails with b at either
+    extreme and holds with b between them: no verdict without b, unless c is above a."""
     from simulations.tables import Claim, Column, Metric, Paper, Results, Table, Verdict
 
     table = Table("t", Metric("acc", "accuracy (%)"), {"a": {}, "b": {}, "c": {}},
@@ -118,3 +119,16 @@ def test_reference_verdict_stands_where_a_missing_method_cannot_change_it():
     record = tables.claim_record(paper, claim, res)
     assert record["reference_holds"] is None
     assert record["reference_note"] == "the authors' code ran a, c at this setting, not b"
+
+    # "a first, c last": fails with b at either extreme, holds with b between c and a: no verdict without b
+    def a_first_c_last(res):
+        means = {m: res.mean(m) for m in ("a", "b", "c") if res.values(m)}
+        order = sorted(means, key=means.get, reverse=True)
+        return Verdict(order[0] == "a" and order[-1] == "c", means, f"order {order}")
+
+    ordering = Claim("a-first-c-last", "learning", "a first, c last.", a_first_c_last, "t", "col",
+                     methods=("a", "b", "c"), reference_run="their runs")
+    res.authors = [row("a", 0.6), row("c", 0.5)]
+    assert tables.claim_record(paper, ordering, res)["reference_holds"] is None
+    res.authors = [row("a", 0.4), row("c", 0.5)]  # c above a: no b makes a first
+    assert tables.claim_record(paper, ordering, res)["reference_holds"] is False
