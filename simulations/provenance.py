@@ -30,6 +30,7 @@ files, and a machine whose copy decodes to other pixels runs other data (:data:`
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import tempfile
 import time
@@ -198,8 +199,10 @@ def stored_at(row: dict, upto: int) -> float:
     return next(v for rnd, v in row["curve"] if rnd == upto)
 
 
+@functools.lru_cache(maxsize=None)
 def data_fingerprint(name: str, data_dir: str = "") -> str:
-    """sha1 (16 hex digits) of dataset ``name``'s decoded training and test tensors, as a run reads them."""
+    """sha1 (16 hex digits) of dataset ``name``'s decoded training and test tensors, as a run reads them (once a
+    process: every replay of the dataset's rows asks)."""
     import hashlib
 
     from fedapp.core.data.sources import load_dataset

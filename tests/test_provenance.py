@@ -98,6 +98,7 @@ def test_other_data_names_a_changed_decode(tmp_path, monkeypatch):
     img = Image.new("RGB", (4, 4), (10, 20, 30))
     img.putpixel((0, 0), (11, 20, 30))
     img.save(tmp_path / "tree" / "test" / "a" / "0.png")
+    provenance.data_fingerprint.cache_clear()  # the same tree changed within one process
     why = provenance.other_data(config)
     assert why is not None and made_from in why and provenance.data_fingerprint("imagefolder", config["data-dir"]) in why
     assert provenance.other_data({"dataset": "synthetic"}) is None
