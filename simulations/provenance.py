@@ -166,10 +166,6 @@ def source(doc: dict) -> str:
     return f"simulations/{paper.name}/{setting}"
 
 
-def run_key(row: dict) -> str:
-    return row.get("run") or f"{row['method']}-s{row['seed']}"
-
-
 def first_round(table: tables.Table, row: dict) -> int:
     """The fewest rounds whose replay shows a stored value: the first round of the row's curve, else (a
     measure of the final model, or a curve of the last round only) all of them."""
@@ -247,7 +243,7 @@ def replay(doc: dict, row: dict, upto: int | None = None, config: dict | None = 
     config["num-server-rounds"] = upto
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        name = run_key(row)
+        name = tables.run_key(row)
         t0 = time.time()
         history = run_local({**config, "results-dir": tmp, "run-name": name}).history
         if table.measure is not None:
@@ -264,7 +260,7 @@ def fill(path: Path, run: str, upto: int | None = None) -> dict:
     """Fill in the config of every row of ``path`` without one from the settings, if the replay of ``run``
     (``upto`` rounds) with its filled config gives its stored value back; the replay's record either way."""
     doc = json.loads(path.read_text())
-    row = next(r for r in doc["rows"] if run_key(r) == run)
+    row = next(r for r in doc["rows"] if tables.run_key(r) == run)
     config = row.get("config") or planned(doc, row)
     result = replay(doc, row, upto, config)
     if not result["same"]:
@@ -285,17 +281,16 @@ def adopt(path: Path, fresh: Path) -> list[str]:
     seconds) in place of the rows of the same runs in ``path``, and beside them those of runs it lacks, in
     the table's method order; the names adopted. The file's note, if it has one, names the rerun rows."""
     doc = json.loads(path.read_text())
-    new = {run_key(r): r for r in json.loads(fresh.read_text()) if r.get("value") is not None}
-    rows = {run_key(r): r for r in doc["rows"]} | new
+    new = [r for r in json.loads(fresh.read_text()) if r.get("value") is not None]
     order = list(declared(doc)[1].methods)
-    doc["rows"] = sorted(rows.values(), key=lambda r: (order.index(r["method"]), r["seed"]))
-    rerun = [run_key(r) for r in doc["rows"] if r.get("config")]
+    doc["rows"] = sorted(tables.merged(doc["rows"], new), key=lambda r: (order.index(r["method"]), r["seed"]))
+    rerun = [tables.run_key(r) for r in doc["rows"] if r.get("config")]
     if len(rerun) == len(doc["rows"]):  # no transcribed row left for a note to describe
         doc.pop("note", None)
     elif "note" in doc:
         doc["note"] = doc["note"].split(RERUN)[0] + f"{RERUN}{', '.join(rerun)} (rows with their config and seconds)"
     path.write_text(tables.dumps(doc))
-    return sorted(new)
+    return sorted(tables.run_key(r) for r in new)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -318,7 +313,7 @@ def main(argv: list[str] | None = None) -> None:
     doc = json.loads(args.file.read_text())
     row, upto, _ = cheapest(doc)
     if args.run:
-        row = next((r for r in doc["rows"] if run_key(r) == args.run), None)
+        row = next((r for r in doc["rows"] if tables.run_key(r) == args.run), None)
         if row is None:
             raise SystemExit(f"--run {args.run}: no such row in {args.file}")
         upto = first_round(declared(doc)[1], row)
@@ -326,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.action == "replay":
         print(json.dumps(replay(doc, row, upto, row.get("config") or planned(doc, row))))
     else:
-        print(json.dumps(fill(args.file, run_key(row), upto)))
+        print(json.dumps(fill(args.file, tables.run_key(row), upto)))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,9 @@ in that folder, the table (``table.md``: paper | authors' code | ours, mean +/- 
 model and data ours ran), its plot (``<table>.png``) and the paper's claims on these runs (``claims.json``;
 a smoke run states no verdict: ``holds`` is null); ``--publish`` also stores
 the condensed summary in ``simulations/<paper>/summaries/`` and rebuilds the page, plots and claims file
-from them.
+from them. A table that is a view of another's runs (``Table.runs_of``: FedSMOO's Tables 3, 6 and 8 read
+Table 1's) runs that table's runs of its methods, in that table's folder, and ``--publish`` puts their rows
+in that table's summary beside the others.
 ``--jobs N`` runs N runs at once as separate processes (a GPU runs several small models at once).
 
 Any run-config files (the general form):
@@ -316,19 +318,25 @@ def table_main(argv: list[str]) -> None:
         unknown = [a for a in asked or [] if a not in known]
         if unknown:
             raise SystemExit(f"{key} {' '.join(unknown)}: {args.paper} {args.table} has {', '.join(known)}")
-    root = args.out or ROOT / "results" / args.paper / args.table
+    # a view (Table.runs_of) runs the runs of the table it reads, its own methods, in that table's folder
+    source_id = table.runs_of or args.table
+    source = paper.tables[source_id]
+    if table.runs_of:
+        args.methods = args.methods or list(table.methods)
+        print(f"{args.paper} {args.table} reads {source_id}'s runs: running {source_id}'s {', '.join(args.methods)}")
+    root = args.out or ROOT / "results" / args.paper / source_id
     for cid in args.column or list(table.columns):
         out = root / cid / args.scale
-        runs = table_plan(paper, args.table, cid, args.scale, args)
-        claim_folder(out, {"paper": args.paper, "table": args.table, "column": cid, "scale": args.scale})
+        runs = table_plan(paper, source_id, cid, args.scale, args)
+        claim_folder(out, {"paper": args.paper, "table": source_id, "column": cid, "scale": args.scale})
         if args.only:
             runs = [r for r in runs if r[0] == args.only]
-        child = [args.paper, args.table, "--column", cid, "--scale", args.scale, "--out", str(root),
+        child = [args.paper, source_id, "--column", cid, "--scale", args.scale, "--out", str(root),
                  *(["--seeds", *map(str, args.seeds)] if args.seeds else []),
                  *(["--set", *args.set] if args.set else [])]
-        measure = None if table.measure is None else (
-            lambda folder, config, scale=args.scale: table.measure(folder, config, scale))
-        execute(runs, out, lambda history, config: tables.summarize(table, history), args.jobs, child, measure)
+        measure = None if source.measure is None else (
+            lambda folder, config, scale=args.scale: source.measure(folder, config, scale))
+        execute(runs, out, lambda history, config: tables.summarize(source, history), args.jobs, child, measure)
         if args.only:
             continue
         rows = json.loads((out / "summary.json").read_text())
@@ -339,11 +347,13 @@ def table_main(argv: list[str]) -> None:
         (out / "claims.json").write_text(tables.dumps([tables.claim_record(paper, c, res) for c in mine]))
         print(f"{out}: table.md, {args.table}.png, claims.json ({len(mine)} claims)")
         if args.publish:
-            target = tables.summary_path(paper, args.table, cid, args.scale)
+            target = tables.summary_path(paper, source_id, cid, args.scale)
             target.parent.mkdir(parents=True, exist_ok=True)
-            order = list(table.methods)
+            if table.runs_of:  # a view runs some of its source's methods: the rest of its summary stays
+                rows = tables.merged(tables.read_rows(target), rows)
+            order = list(source.methods)
             keep = sorted(rows, key=lambda r: (order.index(r["method"]), r["seed"]))
-            target.write_text(tables.dumps({"paper": args.paper, "table": args.table, "column": cid,
+            target.write_text(tables.dumps({"paper": args.paper, "table": source_id, "column": cid,
                                             "scale": args.scale, "rows": keep}))
             for d in tables.build(paper):
                 print(f"wrote: {d}")

@@ -21,6 +21,9 @@ never more digits: where a display rounds a LaTeX ``\\numprint`` (PeFLL's 89.0 Â
 digits (``"88.96"``, ``"0.84"``); in the unit the page shows (``Paper.source_shift``: the power of ten
 from the source's unit, e.g. 2 where the paper prints fractions and the page percent).
 
+A table may be a view of another's runs (``Table.runs_of``: rounds to a target accuracy, an ablation's
+subset of methods): it reads that table's summaries through its own ``view`` and has none of its own.
+
 ``python -m simulations.run <paper> <table> --column C --scale cpu`` runs a table (simulations/run.py);
 ``python -m simulations.tables [PAPER ...] [--check]`` rebuilds the claims files, the plots and the
 pages' tables from the committed summaries (``--check``: say what differs, change nothing).
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import re
 import statistics
 from collections.abc import Callable, Mapping
@@ -121,6 +125,8 @@ class Table:
     extra: Callable[[list[dict]], dict] | None = None
     more: Mapping[str, Metric] = field(default_factory=dict)
     measure: Callable[[Path, dict, str], dict] | None = None
+    runs_of: str | None = None
+    view: Callable[[list[dict], str], list[dict]] | None = None
 
     def metric_of(self, name: str | None) -> Metric:
         return self.metric if name is None else self.more[name]
@@ -162,6 +168,8 @@ class Claim:
     reference_run: str | None = None
     versus_reference: bool = False
     history: str = ""
+    # the table's other metric (``Table.more``) the check reads, where not the table's own
+    metric: str | None = None
 
 
 @dataclass(frozen=True)
@@ -241,7 +249,9 @@ class Results:
         return statistics.fmean(vals) if vals else None
 
     def shown(self, value: float | None, metric: str | None = None) -> float | None:
-        return None if value is None else round(value * self.table.metric_of(metric).show, 2)
+        if value is None or math.isinf(value):  # a target never reached: no number to show
+            return None
+        return round(value * self.table.metric_of(metric).show, 2)
 
     @property
     def setting(self) -> str:
@@ -265,12 +275,33 @@ def read_rows(path: Path) -> list[dict]:
     return json.loads(path.read_text())["rows"] if path.exists() else []
 
 
+def run_key(row: dict) -> str:
+    """A summary row's run name (rows of older runners have none: their method and seed)."""
+    return row.get("run") or f"{row['method']}-s{row['seed']}"
+
+
+def merged(kept: list[dict], fresh: list[dict]) -> list[dict]:
+    """A summary's rows ``kept`` with the ``fresh`` rows of the same runs in their place, and the others added."""
+    runs = {run_key(r) for r in fresh}
+    return [r for r in kept if run_key(r) not in runs] + fresh
+
+
 def results(paper: Paper, table: str, column: str, scale: str, rows: list[dict] | None = None) -> Results:
-    """Committed summaries (or ``rows``, a fresh run's) of one table column at one scale."""
-    folder = summary_path(paper, table, column, scale).parent
-    return Results(paper, table, column, scale,
-                   read_rows(folder / f"{scale}.json") if rows is None else rows,
-                   read_rows(folder / "authors.json"))
+    """Committed summaries (or ``rows``, a fresh run's) of one table column at one scale; a view's
+    (``Table.runs_of``) through its ``view`` from the summaries of the table it reads."""
+    declared = paper.tables[table]
+    folder = summary_path(paper, declared.runs_of or table, column, scale).parent
+    ours = read_rows(folder / f"{scale}.json") if rows is None else rows
+    theirs = read_rows(folder / "authors.json")
+    if declared.runs_of:
+        ours, theirs = viewed(declared, ours, scale), viewed(declared, theirs, scale)
+    return Results(paper, table, column, scale, ours, theirs)
+
+
+def viewed(table: Table, rows: list[dict], scale: str) -> list[dict]:
+    """A view's rows: the rows of its methods, through its ``view``."""
+    mine = [r for r in rows if r["method"] in table.methods]
+    return table.view(mine, scale) if table.view else mine
 
 
 # --- claim checks: the few shapes the papers' sentences take ----------------------------------------
@@ -333,11 +364,13 @@ def matches_authors(methods: list[str], points: float, metric: str | None = None
 
 # --- the built artefacts: claims, tables, plots ---------------------------------------------------
 
-def authors_reference(res: Results) -> dict | None:
-    if not res.authors:
+def authors_reference(res: Results, metric: str | None = None) -> dict | None:
+    """The authors' code's means of the table's metric (or its other metric ``metric``) by method; None
+    where its rows hold none."""
+    methods = sorted({r["method"] for r in res.authors if res.values(r["method"], res.authors, metric)})
+    if not methods:
         return None
-    methods = sorted({r["method"] for r in res.authors})
-    return {"means": {m: res.shown(res.mean(m, authors=True)) for m in methods},
+    return {"means": {m: res.shown(res.mean(m, authors=True, metric=metric), metric) for m in methods},
             "seeds": sorted({r["seed"] for r in res.authors})}
 
 
@@ -355,7 +388,9 @@ def reference_verdict(claim: Claim, res: Results) -> tuple[bool | None, str]:
         return None, "no run of the authors' code at this setting yet"
     theirs = Results(res.paper, res.table_id, res.column_id, res.scale, res.authors, [], of_reference=True)
     needed = claim.methods or tuple(res.table.methods)
-    missing = [m for m in needed if not theirs.values(m)]
+    if claim.metric and not any(theirs.values(m, metric=claim.metric) for m in needed):
+        return None, f"the authors' code's runs hold no {res.table.metric_of(claim.metric).label}"
+    missing = [m for m in needed if not theirs.values(m, metric=claim.metric)]
     if missing:
         ran = [m for m in needed if m not in missing]
         why = (f"the authors' code ran {', '.join(ran) or 'none of the compared methods'} at this setting, not "
@@ -409,8 +444,9 @@ def claim_record(paper: Paper, claim: Claim, res: Results | None = None) -> dict
         {m: v for m, v in column.paper.items() if v is not None} or None)
     reference_holds, reference_note = reference_verdict(claim, res)
     smoke = res.scale == "smoke"
+    reference = claim.reference(res) if claim.reference else authors_reference(res, claim.metric)
     return {"id": claim.id, "kind": claim.kind, "claim": claim.claim, "paper": quoted, "ours": verdict.ours,
-            "reference_code": (claim.reference or authors_reference)(res), "reference_holds": reference_holds,
+            "reference_code": reference, "reference_holds": reference_holds,
             "reference_note": reference_note, "reference_command": claim.reference_run, "seeds": seeds,
             "holds": None if smoke else bool(verdict.holds), "note": SMOKE_NOTE if smoke else verdict.note,
             "setting": res.setting, "command": claim.command or res.command(seeds)}
@@ -479,18 +515,15 @@ def markdown(res: Results, more: str | None = None) -> str:
     metric, column = res.table.metric_of(more), res.column
     paper, paper_sd = ((column.paper, column.paper_sd) if more is None else
                        (column.paper_more.get(more, {}), column.paper_more_sd.get(more, {})))
-    have_authors = bool(res.authors)
+    have_authors = any(res.values(m, res.authors, more) for m in res.table.methods)
     head = ["method", "paper"] + (["authors' code"] if have_authors else []) + [f"ours ({res.scale})"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for m in res.table.methods:
-        vals = [v * metric.show for v in res.values(m, metric=more).values()]
-        ours = fmt(round(statistics.fmean(vals), 2), round(statistics.stdev(vals), 2) if len(vals) > 1 else None) \
-            if vals else "-"
+        vals = list(res.values(m, metric=more).values())
         cells = [m, quote(paper.get(m), paper_sd.get(m))]
         if have_authors:
-            theirs = [v * metric.show for v in res.values(m, res.authors, more).values()]
-            cells.append(fmt(round(statistics.fmean(theirs), 2)) if theirs else "-")
-        lines.append("| " + " | ".join(cells + [ours]) + " |")
+            cells.append(cell(list(res.values(m, res.authors, more).values()), metric, sd=False))
+        lines.append("| " + " | ".join(cells + [cell(vals, metric)]) + " |")
     seeds = res.seeds(*[m for m in res.table.methods if res.values(m)])
     # rows of older records, without the config they ran with or their seconds, say so on the page
     unrecorded = [r for r in res.rows if not r.get("config") or r.get("seconds") is None]
@@ -502,6 +535,17 @@ def markdown(res: Results, more: str | None = None) -> str:
                     f"with or their seconds (`python -m simulations.provenance` lists them)" if unrecorded else "")
                  + ("; a smoke run: the pipeline only, no verdict" if res.scale == "smoke" else "") + ".")
     return "\n".join(lines)
+
+
+def cell(values: list[float], metric: Metric, sd: bool = True) -> str:
+    """Mean (Â± sd) of ``values`` in shown units; where some are ``math.inf`` (not reached), the mean of the
+    others and how many seeds they are, "-" where none is finite."""
+    finite = [v * metric.show for v in values if not math.isinf(v)]
+    if not finite:
+        return "-"
+    shown = fmt(round(statistics.fmean(finite), 2),
+                round(statistics.stdev(finite), 2) if sd and len(finite) > 1 else None)
+    return shown if len(finite) == len(values) else f"{shown} ({len(finite)} of {len(values)} seeds)"
 
 
 def brief(value: Any) -> str:
@@ -547,7 +591,7 @@ def plot(res: Results, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     metric = res.table.metric
-    if res.table.measure is not None:  # measures of the final model: no curve to draw
+    if res.table.measure is not None or res.table.runs_of:  # one number a run, no curve of its own to draw
         return plot_measures(res, path)
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for i, m in enumerate(res.table.methods):
@@ -577,11 +621,13 @@ def plot_measures(res: Results, path: Path) -> None:
     for ax, name in zip(axes[0], names, strict=True):
         metric = res.table.metric_of(name)
         for i, m in enumerate(res.table.methods):
-            vals = [v * metric.show for v in res.values(m, metric=name).values()]
+            vals = [v * metric.show for v in res.values(m, metric=name).values() if not math.isinf(v)]
             if vals:
                 ax.bar(i, statistics.fmean(vals), color=f"C{i % 10}", alpha=0.7)
                 ax.plot([i] * len(vals), vals, "k.", markersize=4)
-        ax.set_xticks(range(len(res.table.methods)), list(res.table.methods), fontsize=8)
+        tilt = len(res.table.methods) > 4  # long names side by side overlap
+        ax.set_xticks(range(len(res.table.methods)), list(res.table.methods), fontsize=8,
+                      rotation=45 if tilt else 0, ha="right" if tilt else "center")
         ax.set_ylabel(metric.label, fontsize=8)
         ax.grid(alpha=0.3, axis="y")
     fig.suptitle(f"{res.paper.name} {res.table_id}: {res.column.label} ({res.scale})", fontsize=9)

@@ -43,7 +43,7 @@ def test_every_false_claim_has_reference_verdict():
             # the authors' code's rows of the setting hold every method the claim compares: a verdict is due
             res = tables.results(declared, claim.table, claim.column, claim.scale)
             needed = claim.methods or tuple(res.table.methods)
-            ran = bool(res.authors) and all(res.values(m, res.authors) for m in needed)
+            ran = bool(res.authors) and all(res.values(m, res.authors, claim.metric) for m in needed)
             if ran and not claim.versus_reference and c["kind"] in ("learning", "construction"):
                 assert isinstance(c["reference_holds"], bool), (paper, c["id"])
                 theirs = tables.Results(declared, claim.table, claim.column, claim.scale, res.authors, [],
@@ -132,3 +132,27 @@ def test_reference_verdict_stands_where_a_missing_method_cannot_change_it():
     assert tables.claim_record(paper, ordering, res)["reference_holds"] is None
     res.authors = [row("a", 0.4), row("c", 0.5)]  # c above a: no b makes a first
     assert tables.claim_record(paper, ordering, res)["reference_holds"] is False
+
+
+def test_reference_verdict_of_a_metric_the_authors_rows_lack():
+    """A claim on the table's other metric (``Claim.metric``) that the authors' code's rows do not hold (traffic the
+    simulator cannot count) gets no verdict and says why; where their rows hold it, the check reads that metric."""
+    from simulations.tables import Claim, Column, Metric, Paper, Results, Table
+
+    table = Table("t", Metric("acc", "accuracy (%)"), {"a": {}, "b": {}}, {"c": Column("c", {"cpu": "x.toml"})},
+                  seeds={"cpu": [0]}, more={"cost": Metric("cost", "traffic (V)", higher=False, show=1.0)})
+    paper = Paper("toy", "Toy", "https://example.org", {"t": table})
+    claim = Claim("a-cheaper", "learning", "a costs less than b.", tables.best("a", ["a", "b"], metric="cost"), "t",
+                  "c", metric="cost", reference_run="none: their code sends nothing")
+
+    def row(m, acc, cost=None):
+        return {"method": m, "seed": 0, "value": acc, "more": {} if cost is None else {"cost": cost}}
+    res = Results(paper, "t", "c", "cpu", [row("a", 0.4, 1.5), row("b", 0.5, 2.0)], [row("a", 0.4), row("b", 0.5)])
+    record = tables.claim_record(paper, claim, res)
+    assert (record["holds"], record["ours"]) == (True, {"a": 1.5, "b": 2.0})
+    assert record["reference_holds"] is None and record["reference_code"] is None
+    assert record["reference_note"] == "the authors' code's runs hold no traffic (V)"
+    res.authors = [row("a", 0.4, 3.0), row("b", 0.5, 2.0)]
+    record = tables.claim_record(paper, claim, res)
+    assert record["reference_holds"] is False and record["reference_code"] == {"means": {"a": 3.0, "b": 2.0},
+                                                                               "seeds": [0]}

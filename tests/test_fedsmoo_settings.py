@@ -261,3 +261,68 @@ def test_simulator_seed_rows_replace_a_recorded_mean(tmp_path):
     doc = json.loads(path.read_text())
     assert [(r["method"], r["seed"]) for r in doc["rows"]] == [("fedavg", 20), ("fedavg", 21), ("fedsmoo", 20)]
     assert "note" not in doc
+
+
+def test_rounds_to_targets_by_hand():
+    """Tables 6 and 3 read a Table 1 row's curve: the first evaluated round at or above each target (inf where none
+    is), and the traffic to the higher one, rounds x bytes a round both ways, over FedAvg's mean of the same."""
+    import math
+
+    from simulations.fedsmoo.tables import rounds_to_targets
+
+    def row(method, seed, curve, down=None):
+        return {"method": method, "seed": seed, "value": curve[-1][1], "curve": curve,
+                **({"bytes_per_round": {"down": down, "up": down}} if down else {})}
+    rows = [row("fedavg", 20, [[5, 0.2], [10, 0.31], [15, 0.36]], 100), row("fedavg", 21, [[5, 0.3], [10, 0.35]], 100),
+            row("fedsmoo", 20, [[5, 0.36], [10, 0.2]], 200), row("fedcm", 20, [[5, 0.29], [10, 0.34]], 200),
+            row("scaffold", 20, [[5, 0.35]])]  # the simulator's rows: no traffic
+    got = {(r["method"], r["seed"]): (r["value"], r["more"]) for r in rounds_to_targets(rows, "cpu")}
+    # FedAvg's traffic to 35%: 15 x 200 and 10 x 200 bytes, mean 2500
+    assert got[("fedavg", 20)] == (15.0, {"lower": 10.0, "communication": 3000 / 2500})
+    assert got[("fedavg", 21)] == (10.0, {"lower": 5.0, "communication": 2000 / 2500})
+    assert got[("fedsmoo", 20)] == (5.0, {"lower": 5.0, "communication": 5 * 400 / 2500})
+    assert got[("fedcm", 20)][0] == math.inf and got[("fedcm", 20)][1] == {"lower": 10.0, "communication": math.inf}
+    assert got[("scaffold", 20)] == (5.0, {"lower": 5.0})
+    # at the paper's scale the paper's targets, 74% and 68%
+    assert rounds_to_targets([row("fedavg", 20, [[5, 0.70], [10, 0.74]], 100)], "paper")[0]["value"] == 10.0
+
+
+def test_table6_reads_the_rounds_table1_recorded():
+    """The committed cpu rows: rounds to 35% and 30% read from each row's curve equal what the run recorded from
+    its whole history (``rounds_to``, None: never), so the view adds nothing the runs did not measure; FedAvg's
+    traffic averages to 1 V; Table 8 is Table 1's rows of its four methods, as they are."""
+    import math
+    import statistics
+
+    from simulations import tables
+
+    paper = tables.load("fedsmoo")
+    for cid in paper.tables["table6"].columns:
+        source = tables.results(paper, "table1", cid, "cpu")
+        view = tables.results(paper, "table6", cid, "cpu")
+        assert len(view.rows) == len([r for r in source.rows if r["method"] != "fedspeed"]) == 16
+        for r in view.rows:
+            recorded = next(s["rounds_to"] for s in source.rows if s["run"] == r["run"])
+            for got, key in ((r["value"], "0.35"), (r["more"]["lower"], "0.3")):
+                assert (None if math.isinf(got) else got) == recorded[key], (cid, r["run"], key)
+        fedavg = [r["more"]["communication"] for r in view.rows if r["method"] == "fedavg"]
+        assert math.isclose(statistics.fmean(fedavg), 1.0)
+        assert view.authors and all("communication" not in r["more"] for r in view.authors)
+    ablation = tables.results(paper, "table8", "cifar10-path3-10pct", "cpu")
+    table1 = tables.results(paper, "table1", "cifar10-path3-10pct", "cpu")
+    assert ablation.rows == [r for r in table1.rows if r["method"] in ("fedavg", "feddyn", "fedspeed", "fedsmoo")]
+    assert len(ablation.rows) == 8 and len(ablation.authors) == 8
+
+
+def test_each_module_adds_check_by_hand():
+    from simulations.fedsmoo.tables import ABLATION, PAPER, rising
+    from simulations.tables import Results
+
+    def res(values):
+        return Results(PAPER, "table8", "cifar10-path3-10pct", "cpu",
+                       [{"method": m, "seed": s, "value": v} for m, vs in values.items() for s, v in vs.items()], [])
+    up = {"fedavg": {20: 0.30, 21: 0.32}, "feddyn": {20: 0.35, 21: 0.35}, "fedspeed": {20: 0.36, 21: 0.36},
+          "fedsmoo": {20: 0.40, 21: 0.38}}
+    assert rising(ABLATION)(res(up)).holds
+    flat = rising(ABLATION)(res(up | {"fedspeed": {20: 0.35, 21: 0.35}}))
+    assert not flat.holds and flat.note == "not rising: feddyn 35.0 to fedspeed 35.0"

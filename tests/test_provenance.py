@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import absent_data
-from simulations import provenance
+from simulations import provenance, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 # A file whose cheapest replay would take longer (estimated from its rows' stored seconds) is replayed
@@ -34,7 +34,7 @@ def test_committed_rows_replay(path):
         assert rel(path) in provenance.PENDING, f"{rel(path)}: no row carries the config it ran with"
         pytest.skip(f"no row carries its config: {provenance.PENDING[rel(path)]}")
     if (estimate is None or estimate > REPLAY_BUDGET_S) and not os.environ.get("FEDAPP_REPLAY_ALL"):
-        pytest.skip(f"its cheapest replay, {provenance.run_key(row)} for {upto} of {row['rounds']} rounds, takes "
+        pytest.skip(f"its cheapest replay, {tables.run_key(row)} for {upto} of {row['rounds']} rounds, takes "
                     f"about {estimate} s (FEDAPP_REPLAY_ALL=1 runs it)")
     if why := absent_data(row["config"].get("dataset", "synthetic"), row["config"].get("data-dir", "")):
         pytest.skip(why)
@@ -66,7 +66,7 @@ def test_filled_configs_are_the_settings_and_say_how():
         doc = json.loads(path.read_text())
         for row in doc["rows"]:
             if "config_source" in row:
-                assert row["config"] == provenance.planned(doc, row), (rel(path), provenance.run_key(row))
+                assert row["config"] == provenance.planned(doc, row), (rel(path), tables.run_key(row))
                 assert row["config_source"].startswith(f"filled from {provenance.source(doc)}")
                 assert "gave" in row["config_source"]
                 filled += 1

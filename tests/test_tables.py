@@ -363,3 +363,22 @@ def test_paper_quotes_at_source_precision():
     assert "| pefll | 56.0 ± 0.34 |" in tables.markdown(tables.results(pefll, "table1", "cifar100-100c", "paper"))
     svhn = tables.markdown(tables.results(fedals, "table1", "svhn-noniid", "paper"))
     assert "| scaffold | 71.80 ± 4.016 |" in svhn  # the paper's 0.7180 ± 0.04016
+
+
+def test_view_runs_its_source_tables_runs(tmp_path):
+    """A view (FedSMOO's Table 8 reads Table 1's runs) runs its source's runs of the methods asked, in a folder
+    stamped as the source's, and writes its own table from them; publishing merges them into the source's rows."""
+    main(["fedsmoo", "table8", "--column", "cifar10-path3-10pct", "--scale", "smoke", "--methods", "fedsmoo",
+          "--set", 'dataset="synthetic"', "--out", str(tmp_path)])
+    out = tmp_path / "cifar10-path3-10pct" / "smoke"
+    assert json.loads((out / "table.json").read_text())["table"] == "table1"
+    rows = json.loads((out / "summary.json").read_text())
+    assert [r["run"] for r in rows] == ["fedsmoo-s20"] and "rounds_to" in rows[0]  # table1's row
+    shown = (out / "table.md").read_text()
+    assert shown.startswith("# FedSMOO: smoke run of table8 ")
+    assert re.search(rf"^\| fedsmoo \| 81.58 ± 0.16 \|.*\| {rows[0]['value'] * 100:.2f} \|$", shown, re.M)
+    assert [c["id"] for c in json.loads((out / "claims.json").read_text())] == ["table8-each-module-adds"]
+
+    kept = [{"run": "fedavg-s20", "method": "fedavg", "seed": 20, "value": 0.3},
+            {"method": "fedsmoo", "seed": 20, "value": 0.1}]  # an older runner's row: no run name
+    assert tables.merged(kept, rows) == [kept[0], rows[0]]
