@@ -433,7 +433,7 @@ def verdict_without(claim: Claim, theirs: Results, missing: list[str]) -> Verdic
 
 def claim_record(paper: Paper, claim: Claim, res: Results | None = None) -> dict:
     """The claims-file record of ``claim``, on the committed summaries or on ``res`` (a fresh run's); a smoke
-    run records no verdict (``holds`` null)."""
+    run records no verdict (``holds`` null), nor does a learning claim on a table not run yet."""
     if claim.kind not in KINDS:
         raise ValueError(f"claim {claim.id}: kind {claim.kind!r} is not one of {', '.join(KINDS)}")
     res = res or results(paper, claim.table, claim.column, claim.scale)
@@ -444,11 +444,13 @@ def claim_record(paper: Paper, claim: Claim, res: Results | None = None) -> dict
         {m: v for m, v in column.paper.items() if v is not None} or None)
     reference_holds, reference_note = reference_verdict(claim, res)
     smoke = res.scale == "smoke"
+    unrun = not res.rows and claim.kind == "learning"  # a count or a code's equality needs no run of the table
+    note = SMOKE_NOTE if smoke else f"not run yet: {res.command()}" if unrun else verdict.note
     reference = claim.reference(res) if claim.reference else authors_reference(res, claim.metric)
     return {"id": claim.id, "kind": claim.kind, "claim": claim.claim, "paper": quoted, "ours": verdict.ours,
             "reference_code": reference, "reference_holds": reference_holds,
             "reference_note": reference_note, "reference_command": claim.reference_run, "seeds": seeds,
-            "holds": None if smoke else bool(verdict.holds), "note": SMOKE_NOTE if smoke else verdict.note,
+            "holds": None if smoke or unrun else bool(verdict.holds), "note": note,
             "setting": res.setting, "command": claim.command or res.command(seeds)}
 
 

@@ -31,7 +31,8 @@ KEYS = (
     Key("lambda-v", float, 1e-3, "L2 weight lambda_v of the embedding network.", low=0.0),
     Key("lambda-theta", float, 0.0, "L2 weight lambda_theta of the client model in local SGD.", low=0.0),
     Key("embedding", str, "cnn", "phi: cnn (image + one-hot label channels; on feature vectors a linear "
-        "map of the features and the one-hot label), label (linear in the one-hot label), unlabeled (cnn on "
+        "map of the features and the one-hot label), mlp (one hidden layer of 20 on the flattened input and the "
+        "one-hot label: the paper's Table 9), label (linear in the one-hot label), unlabeled (cnn on "
         "the image, or linear in the features, only), lstm (LEAF's LSTM over a character window followed by "
         "its label character: next-character data such as shakespeare).", EMBEDDINGS),
     Key("embed-dim", int, 0, "Descriptor size l; 0 means num-clients/4 (the paper; the authors' code "

@@ -22,7 +22,9 @@ def test_claims_file_format(paper):
     assert len({c["id"] for c in claims}) == len(claims)
     for c in claims:
         assert KEYS <= set(c), (c["id"], KEYS - set(c))
-        assert isinstance(c["holds"], bool) and isinstance(c["seeds"], list)
+        # no verdict only where the claim's table is declared and not run yet, which the note says
+        assert isinstance(c["holds"], bool) or c["note"].startswith("not run yet: python -m simulations.run ")
+        assert isinstance(c["seeds"], list)
         assert isinstance(c["ours"], dict)
         assert c["reference_code"] is None or isinstance(c["reference_code"], dict)
         # a claim against the authors' code alone has no paper number; it must then have the code's
@@ -156,3 +158,22 @@ def test_reference_verdict_of_a_metric_the_authors_rows_lack():
     record = tables.claim_record(paper, claim, res)
     assert record["reference_holds"] is False and record["reference_code"] == {"means": {"a": 3.0, "b": 2.0},
                                                                                "seeds": [0]}
+
+
+def test_learning_claim_on_a_table_not_run_has_no_verdict():
+    """A table declared and not run: its learning claims record no verdict and the command that would give one; a
+    bookkeeping claim on it still has its count."""
+    from simulations.tables import Claim, Column, Metric, Paper, Results, Table, Verdict
+
+    table = Table("t", Metric("acc", "accuracy (%)"), {"a": {}, "b": {}}, {"c": Column("c", {"cpu": "x.toml"})},
+                  seeds={"cpu": [0, 1]})
+    paper = Paper("toy", "Toy", "https://example.org", {"t": table})
+    learning = Claim("a-over-b", "learning", "a beats b.", tables.ahead("a", "b"), "t", "c")
+    counted = Claim("a-sends-less", "bookkeeping", "a sends half.", lambda res: Verdict(True, {"ratio": 0.5}), "t", "c")
+    res = Results(paper, "t", "c", "cpu", [], [])
+    record = tables.claim_record(paper, learning, res)
+    assert record["holds"] is None
+    assert record["note"] == "not run yet: python -m simulations.run toy t --column c --scale cpu --seeds 0 1"
+    assert tables.claim_record(paper, counted, res)["holds"] is True
+    res.rows = [{"method": "a", "seed": 0, "value": 0.5}, {"method": "b", "seed": 0, "value": 0.6}]
+    assert tables.claim_record(paper, learning, res)["holds"] is False

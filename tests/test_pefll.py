@@ -165,6 +165,22 @@ def test_label_and_unlabeled_descriptors(image_config):
             torch.testing.assert_close(v, phi.fc.weight.detach() @ hist + phi.fc.bias.detach())
 
 
+def test_mlp_embedding_is_one_hidden_layer_on_image_and_label(image_config):
+    """Table 9's MLP: the descriptor is the batch mean of W2 relu(W1 [flat x, one-hot y] + b1) + b2, 20 wide."""
+    x = torch.randn(10, 1, 28, 28)
+    y = torch.tensor([0, 1, 1, 2, 3, 3, 3, 0, 1, 2])
+    cfg = parse_run_config({**image_config, "pefll.embedding": "mlp"})
+    phi = PeFLL(cfg, model_for(cfg), dataset(cfg)).embed
+    first, _, second = phi.net
+    assert (first.in_features, first.out_features, second.out_features) == (28 * 28 + 4, 20, embed_dim(cfg))
+    with torch.no_grad():
+        inputs = torch.cat([x.flatten(1), torch.nn.functional.one_hot(y, 4).float()], 1)
+        by_hand = (torch.relu(inputs @ first.weight.T + first.bias) @ second.weight.T + second.bias).mean(0)
+        torch.testing.assert_close(descriptor(phi, x, y), by_hand)
+        assert not torch.allclose(descriptor(phi, x, y.roll(1)), by_hand)  # the labels count
+        assert not torch.allclose(descriptor(phi, x + 1, y), by_hand)  # and the images
+
+
 def test_adam_variant_steps_by_server_lr(image_config):
     """The authors' code's update: Adam on -mean(delta) + 2 lambda eta, the gradients of eta_h and
     eta_v clipped together at server-clip; Adam's first step is lr * g / (|g| + eps)."""

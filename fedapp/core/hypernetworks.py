@@ -12,7 +12,7 @@ from torch import nn
 from fedapp.core.models import LSTM, LeNet
 from fedapp.core.records import Tensors
 
-EMBEDDINGS = ("cnn", "label", "unlabeled", "lstm")
+EMBEDDINGS = ("cnn", "mlp", "label", "unlabeled", "lstm")
 
 
 class CNNEmbedding(nn.Module):
@@ -56,6 +56,22 @@ class FeatureEmbedding(nn.Module):
         return self.fc(torch.cat(parts, 1))
 
 
+class MLPEmbedding(nn.Module):
+    """phi(x, y) = W2 relu(W1 [x, one-hot(y)] + b1) + b2: the paper's "single hidden layer fully connected
+    network" embedding (its Table 9), on the flattened image and the one-hot label. The width is the authors'
+    code's embedding hidden size (``--embed-hid``, 20); their ``--embed-model mlp`` is a linear map of the
+    label alone, ``label`` here."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, dim: int, hidden: int = 20):
+        super().__init__()
+        self.num_classes = num_classes
+        self.net = nn.Sequential(nn.Linear(math.prod(input_shape) + num_classes, hidden), nn.ReLU(),
+                                 nn.Linear(hidden, dim))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([x.flatten(1).float(), F.one_hot(y, self.num_classes).float()], 1))
+
+
 class LSTMEmbedding(nn.Module):
     """phi(x, y) on character windows (PeFLL's Shakespeare experiment: "the LSTM model from Caldas et al.
     as the embedding network"): LEAF's LSTM with l outputs, read over the window followed by its label
@@ -76,6 +92,8 @@ def embedding_network(kind: str, input_shape: tuple[int, ...], num_classes: int,
         return LabelEmbedding(input_shape, num_classes, dim)
     if kind == "lstm":
         return LSTMEmbedding(input_shape, num_classes, dim)
+    if kind == "mlp":
+        return MLPEmbedding(input_shape, num_classes, dim)
     if len(input_shape) != 3:
         return FeatureEmbedding(input_shape, num_classes, dim, labels=kind == "cnn")
     return CNNEmbedding(input_shape, num_classes, dim, labels=kind == "cnn")
