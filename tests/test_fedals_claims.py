@@ -133,25 +133,33 @@ def test_fedals_authors_row_keeps_the_mode_its_command_reruns():
     iid = authors.row(summary(mode="sgd", split="iid(shuffled)"), TABLE1, "fedavg")
     assert iid["setting"]["split"] == "iid"
     assert iid["command"] == "bash simulations/fedals/authors_reduced.sh 10 OUT 2001 sgd iid"
+    # evaluated every 150 iterations (Table 2's sweep at iteration 150): every argument up to that one
+    short = authors.row({"total_wall_sec": 1.0, "config": config | {"iterations": "151", "sampling_f": "150"},
+                         "accuracy_per_round": [{"iteration": 150, "test_acc": 0.1}]}, TABLE1, "fedals")
+    assert short["command"] == "bash simulations/fedals/authors_reduced.sh 10 OUT 151 sgd noniid 150"
     claim = next(c for c in PAPER.claims if c.id == "iid-control")
     assert ("authors_reduced.sh 1 OUT 2001 sgd iid, then python -m simulations.fedals.authors OUT/authors-alpha1-iid.json "
             "--into table1/cifar10-iid/fedavg") in claim.reference_run
 
 
-STUB_HARNESS = r"""ALPHA=$1; ITERS=$2; H=5; L=19
+STUB_HARNESS = r"""ALPHA=$1; ITERS=$2; EVERY=$3; H=5; L=19
 INP="inp = [None, \"5\", \"noniid\", \"$H\", \"$ALPHA\", \"$L\", \"0\", \"sgd\"]"
 set -- --config "algo=FedAvg,split=sorted-labels(2 classes/node),alpha=$ALPHA"
 mkdir -p "$ANCHOR_RESULTS"
-printf '%s\n%s\n' "$INP" "$2" > "$ANCHOR_RESULTS/FedALS_alpha${ALPHA}_tau5_L19_it${ITERS}.json"
+printf '%s\n%s\n%s\n' "$INP" "$2" "$EVERY" > "$ANCHOR_RESULTS/FedALS_alpha${ALPHA}_tau5_L19_it${ITERS}.json"
 """
 
 
-@pytest.mark.parametrize("args,suffix,inp,config", [
-    ((), "", '"noniid", "5", "1", "19", "0", "sgd"]', "algo=FedAvg,split=sorted-labels(2 classes/node)"),
-    (("2001", "sca"), "-sca", '"noniid", "5", "1", "19", "0", "sca"]', "mode=sca,algo=FedAvg,split=sorted-labels"),
-    (("2001", "sgd", "iid"), "-iid", '"iid", "5", "1", "19", "0", "sgd"]', "mode=sgd,algo=FedAvg,split=iid(shuffled)"),
+@pytest.mark.parametrize("args,suffix,inp,config,every", [
+    ((), "", '"noniid", "5", "1", "19", "0", "sgd"]', "algo=FedAvg,split=sorted-labels(2 classes/node)", "100"),
+    (("2001", "sca"), "-sca", '"noniid", "5", "1", "19", "0", "sca"]', "mode=sca,algo=FedAvg,split=sorted-labels",
+     "100"),
+    (("2001", "sgd", "iid"), "-iid", '"iid", "5", "1", "19", "0", "sgd"]', "mode=sgd,algo=FedAvg,split=iid(shuffled)",
+     "100"),
+    (("151", "sgd", "noniid", "150"), "", '"noniid", "5", "1", "19", "0", "sgd"]',
+     "algo=FedAvg,split=sorted-labels(2 classes/node)", "150"),
 ])
-def test_fedals_authors_reduced_edits_only_the_settings_asked(tmp_path, args, suffix, inp, config):
+def test_fedals_authors_reduced_edits_only_the_settings_asked(tmp_path, args, suffix, inp, config, every):
     """authors_reduced.sh runs the harness as it is for their FedAvg / FedALS on the sorted split, and a copy
     with the settings line's mode and split changed otherwise (a stub harness with the real one's two lines);
     an unknown split is refused before anything runs."""
@@ -163,8 +171,8 @@ def test_fedals_authors_reduced_edits_only_the_settings_asked(tmp_path, args, su
     env = {"PATH": "/usr/bin:/bin", "ANCHOR_HARNESS": str(harness), "ANCHOR_WORK": str(tmp_path / "work")}
     script = str(ROOT / "simulations/fedals/authors_reduced.sh")
     subprocess.run(["bash", script, "1", str(tmp_path / "out"), *args], env=env, check=True, capture_output=True)
-    ran_inp, ran_config = (tmp_path / "out" / f"authors-alpha1{suffix}.json").read_text().splitlines()
-    assert ran_inp.endswith(inp) and ran_config.startswith(config), (ran_inp, ran_config)
+    ran_inp, ran_config, ran_every = (tmp_path / "out" / f"authors-alpha1{suffix}.json").read_text().splitlines()
+    assert ran_inp.endswith(inp) and ran_config.startswith(config) and ran_every == every, (ran_inp, ran_config)
     bad = subprocess.run(["bash", script, "1", str(tmp_path / "out"), "2001", "sgd", "dirichlet"], env=env,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.strip() == 'SPLIT: noniid or iid, not "dirichlet"'

@@ -42,14 +42,16 @@ def row(summary: dict, table: tables.Table, method: str, seed: int = 0) -> dict:
 
 def command(setting: dict) -> str | None:
     """The command that made a run of the authors' code with ``setting`` (a row's): ``authors_reduced.sh``
-    where the run is one of its (L = 19, evaluated every 100 iterations); None for another call of the
-    harness, whose command was not kept."""
-    if setting["L"] != "19" or setting["sampling_f"] != "100":
+    where the run is one of its (L = 19); None for another call of the harness, whose command was not kept.
+    Its optional arguments up to the last one not at its default."""
+    if setting["L"] != "19":
         return None
-    split = " iid" if setting.get("split") == "iid" else ""
-    mode = f" {setting.get('mode', 'sgd')}" if "mode" in setting or split else ""
-    iterations = "" if setting["iterations"] == "2001" and not mode else f" {setting['iterations']}"
-    return f"bash simulations/fedals/authors_reduced.sh {setting['alpha']} OUT{iterations}{mode}{split}"
+    args = [setting["alpha"], "OUT", setting["iterations"], setting.get("mode", "sgd"),
+            setting.get("split", "noniid"), setting["sampling_f"]]
+    defaults = [None, None, "2001", "sgd", "noniid", "100"]
+    while len(args) > 2 and args[-1] == defaults[len(args) - 1]:
+        args.pop()
+    return f"bash simulations/fedals/authors_reduced.sh {' '.join(args)}"
 
 
 def add(summary: dict, into: str) -> Path:

@@ -4,9 +4,9 @@
 # and edits only the settings block at the top of main_fed_layer.py):
 #   ANCHOR_HARNESS=<harness folder> ANCHOR_SRC=<folder holding their FedALS checkout> ANCHOR_PY=<their python> \
 #   ANCHOR_DATA=<folder holding cifar-10-batches-py> ANCHOR_WORK=<scratch folder> \
-#       bash simulations/fedals/authors_reduced.sh ALPHA OUT [ITERATIONS] [MODE] [SPLIT]
+#       bash simulations/fedals/authors_reduced.sh ALPHA OUT [ITERATIONS] [MODE] [SPLIT] [EVERY]
 # ALPHA 1 is their FedAvg, 10 FedALS; L = 19 (all but the fc head), constant lr 2**-5.643856 = 0.02, heavy-ball
-# momentum, one thread, evaluated every 100 iterations; ITERATIONS defaults to 2001 (iterations 0..2000).
+# momentum, one thread, evaluated every EVERY iterations (default 100); ITERATIONS defaults to 2001 (0..2000).
 # MODE is their settings line's mode: "sgd" (the default: FedAvg / FedALS) or "sca" (their SCAFFOLD); SPLIT
 # its split: "noniid" (the default: sorted by label, 2 classes a node) or "iid" (shuffled). The harness fixes
 # "sgd" and "noniid", so another value runs a copy of run_FedALS.sh with that word changed.
@@ -18,6 +18,7 @@ OUT="${2:?folder for the summary}"
 ITERS="${3:-2001}"
 MODE="${4:-sgd}"
 SPLIT="${5:-noniid}"
+EVERY="${6:-100}"
 HARNESS="${ANCHOR_HARNESS:?set ANCHOR_HARNESS to the folder holding run_FedALS.sh}"
 export ANCHOR_RESULTS="${ANCHOR_WORK:?set ANCHOR_WORK to a scratch folder}/results" ANCHOR_THREADS=1 ANCHOR_TIMEOUT=9000
 export FEDALS_LR_EXP=5.643856 FEDALS_CTE=True
@@ -43,6 +44,6 @@ if [ -n "$SUFFIX" ]; then
     || { echo "run_FedALS.sh: no settings line with split \"noniid\" and mode \"sgd\" to change" >&2; exit 2; }
   HARNESS="$EDITED"
 fi
-bash "$HARNESS/run_FedALS.sh" "$ALPHA" "$ITERS" 100
+bash "$HARNESS/run_FedALS.sh" "$ALPHA" "$ITERS" "$EVERY"
 mkdir -p "$OUT"
 cp "$ANCHOR_RESULTS/FedALS_alpha${ALPHA}_tau5_L19_it${ITERS}.json" "$OUT/authors-alpha${ALPHA}${SUFFIX}.json"
