@@ -75,9 +75,6 @@ PENDING = {
     "simulations/fedals/summaries/llm/cpu-shakespeare-pairs.json":
         "two runs of the setting it names (llm/cpu-shakespeare-pairs.toml), kept as evaluations only: no config "
         "of their own, no seconds",
-    "simulations/fedals/summaries/table2-150it/cifar10-noniid/authors.json":
-        "the authors' run evaluated every 150 iterations, a call of their harness that authors_reduced.sh does "
-        "not make; its command was not kept",
     "simulations/hcct/summaries/fig3/cifar10/authors.json":
         "the command line of each main_cluster.py run was not kept (the claims give its form)",
     "simulations/hcct/summaries/table4/cifar10/authors.json":
