@@ -60,3 +60,34 @@ def test_another_setting_goes_to_its_own_file_and_leaves_the_first_search_alone(
     assert "set" not in first["probe"] and iid["probe"]["set"] == ['partition="iid"']
     assert len(first["probes"]) == len(iid["probes"]) == 3
     assert iid["winner"]["m"] == {"lr": 0.01, "local-optimum": True}
+
+
+def test_probes_evaluate_on_the_subset_and_nothing_after_them_does(tmp_path, monkeypatch):
+    """The probes' central evaluation reads --test-subset images; once the search ends, or a probe fails, the
+    process evaluates on the whole test set again (a later run in it, a test's, is not cut to the subset)."""
+    import pytest
+    import torch
+
+    import fedapp.server.rounds as rounds
+
+    tune, ran, argv = fake_search(monkeypatch, tmp_path, {0.005: 0.1, 0.01: 0.3, 0.02: 0.2}, 'strategy = "fedals"\n')
+    seen = []
+
+    def full(model, x, y, **kw):
+        seen.append(len(y))
+        return {}
+    monkeypatch.setattr(rounds, "evaluate", full)
+    probe = tune.run_local
+
+    def evaluating_probe(config):
+        rounds.evaluate(None, torch.zeros(5000, 1), torch.zeros(5000))
+        return probe(config)
+    monkeypatch.setattr(tune, "run_local", evaluating_probe)
+    monkeypatch.setattr(sys, "argv", argv + ["--max-extend", "0", "--test-subset", "300"])
+    tune.main()
+    assert seen == [300, 300, 300] and len(ran) == 3 and rounds.evaluate is full
+    monkeypatch.setattr(tune, "run_local", lambda config: 1 / 0)
+    monkeypatch.setattr(sys, "argv", argv + ["--name", "failing"])
+    with pytest.raises(ZeroDivisionError):
+        tune.main()
+    assert rounds.evaluate is full

@@ -24,6 +24,7 @@ import argparse
 import json
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -36,14 +37,21 @@ from fedapp.runtime.inprocess import run_local  # noqa: E402
 from simulations.run import overrides, read  # noqa: E402
 
 
-def subset_evaluate(n: int, seed: int = 0):
-    """The central evaluation (``fedapp.server.rounds.evaluate``) restricted to a fixed subset of n test images."""
+@contextmanager
+def subset_evaluation(n: int, seed: int = 0):
+    """The central evaluation (``fedapp.server.rounds.evaluate``) restricted to a fixed subset of n test images
+    while the probes run, and the full one again after: a run that follows in the same process (a test's)
+    evaluates on the whole test set."""
     full = fedapp.server.rounds.evaluate
 
     def evaluate(model, x, y, **kw):
         idx = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))[:n]
         return full(model, x[idx], y[idx], **kw)
-    return evaluate
+    fedapp.server.rounds.evaluate = evaluate
+    try:
+        yield
+    finally:
+        fedapp.server.rounds.evaluate = full
 
 
 def main() -> None:
@@ -59,7 +67,14 @@ def main() -> None:
     ap.add_argument("--name", default="lr-tuning", help="results file stem under results/fedals/<setting stem>/")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    fedapp.server.rounds.evaluate = subset_evaluate(args.test_subset)
+    with subset_evaluation(args.test_subset):
+        search(args)
+
+
+def search(args: argparse.Namespace) -> None:
+    """Appendix E.3's search for each method: lr 0.005, 0.01, 0.02, extended by halving or doubling while the best
+    is at an end of the grid (at most ``--max-extend`` times); each probe's score and the winners in a results file
+    that a rerun with the same probe settings resumes."""
     base = read(args.config) | overrides(args.set)
     base.update({"num-server-rounds": args.rounds, "eval-every": args.eval_every, "checkpoint-every": 0})
     out = ROOT / "results" / "fedals" / args.config.stem
