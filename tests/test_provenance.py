@@ -4,8 +4,6 @@ run again from its stored config, gives its stored value back within the roundin
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -42,24 +40,13 @@ def test_committed_rows_replay(path):
         pytest.skip(why)
     if why := provenance.other_data(row["config"]):
         pytest.skip(why)
-    result = replay_apart(path, tables.run_key(row), upto)
+    result = provenance.replay(doc, row, upto)
     assert result["rounds"] == upto and result["value"] == provenance.stored_at(row, upto)
     if rel(path) in provenance.MISMATCH:  # measured and declared: the replay gives exactly the declared value
         run, rounds, stored, replayed, _ = provenance.MISMATCH[rel(path)]
         assert (result["run"], result["rounds"], result["value"], result["replayed"]) == (run, rounds, stored, replayed)
         return
     assert abs(result["replayed"] - result["value"]) <= result["tolerance"], result
-
-
-def replay_apart(path: Path, run: str, upto: int) -> dict:
-    """``python -m simulations.provenance replay``'s record: the row run again in a process of its own, as it
-    first ran. In a test worker's process, after the other tests it ran, FedSMOO's CIFAR-10 rows replayed to
-    other values, the same on two machines (fedadam-s20 0.2215 at round 5 for 0.2336), which alone or in a
-    fresh process they do not."""
-    out = subprocess.run([sys.executable, "-m", "simulations.provenance", "replay", str(path), "--run", run,
-                          "--rounds", str(upto)], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         capture_output=True, text=True, check=True, timeout=900)
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_committed_rows_carry_config_and_seconds():
