@@ -380,7 +380,7 @@ PAPER = Paper(
               "both codes were evaluated masked.",
               agrees_with_authors(5, *MASKED, same_seeds=True), "vs-authors", "cifar10-100c", paper={},
               reference=authors_runs(*MASKED), versus_reference=True,
-              reference_run="python simulations/pefll/authors_runs.py run --masked --seeds S --out OUT, then condense "
-                            "OUT (their masked runs beyond seed 42)"),
+              reference_run="python simulations/pefll/authors_runs.py run --masked --seeds S --steps 100 "
+                            "--eval-every 50 --out OUT, then condense OUT (their masked runs: seeds 0, 1, 42)"),
     ],
 )
