@@ -126,7 +126,7 @@ def test_slow_tests_are_handed_out_first(probed):
     out first, before a group of many fast tests too (pytest-xdist's own order: groups by size, then the
     rest, which gave one worker test_models.py's group first)."""
     assert sorted(node.split("::")[0] for _, slow, node in probed if slow) == [
-        "tests/test_deployment.py"] * 5 + ["tests/test_tables.py"] * 7
+        "tests/test_deployment.py"] * 5 + ["tests/test_tables.py"] * 6
     for worker in {worker for worker, _, _ in probed}:
         flags = [slow for w, slow, _ in probed if w == worker]
         assert flags[0] and flags == sorted(flags, reverse=True), probed

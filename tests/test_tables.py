@@ -38,8 +38,7 @@ def test_table_commands_smoke(paper, tmp_path):
 
 # The table commands after each page's first (its smoke command above), as the pages give them
 MORE_SMOKE = ["fedsmoo table2 --column cifar10-dir0.1-10pct --scale smoke",
-              "hcct fig4 --column train0.05 --scale smoke --methods alpha100",
-              "pefll table9 --column cifar10-100c --scale smoke --methods mlp"]
+              "hcct fig4 --column train0.05 --scale smoke --methods alpha100"]
 
 
 @pytest.mark.slow
