@@ -79,12 +79,18 @@ def column(split: str, part: str) -> tuple[str, Column]:
                        paper_sd={m: v[1] for m, v in quoted.items()})
 
 
+def reach(curve: list[list[float]], target: float) -> float:
+    """The first evaluated round whose accuracy is at least ``target``; ``math.inf`` if none is."""
+    return next((float(rnd) for rnd, acc in curve if acc >= target), math.inf)
+
+
 def reached(history: list[dict]) -> dict:
     """The first evaluated round at or above 30% and 35% central accuracy (None: not reached), and the
     training messages' bytes a round, each direction (the cpu page's rounds-to-target and traffic)."""
     evals = [(r["round"], r["central-accuracy"]) for r in history if r["round"] > 0 and "central-accuracy" in r]
     trained = [r for r in history if r["round"] > 0]
-    return {"rounds_to": {str(t): next((rnd for rnd, acc in evals if acc >= t), None) for t in (0.3, 0.35)},
+    rounds = {str(t): reach(evals, t) for t in (0.3, 0.35)}
+    return {"rounds_to": {t: None if math.isinf(r) else int(r) for t, r in rounds.items()},
             "bytes_per_round": {d: round(sum(r[f"train-bytes-{d}"] for r in trained) / len(trained))
                                 for d in ("down", "up")}}
 
@@ -240,11 +246,6 @@ TABLE6_PAPER = {
                             "communication": "1 - 1.47 1.22 0.59 0.84 0.82 0.53"},
 }
 TABLE6_METHODS = [m for m in METHODS if m != "fedspeed"]  # FedSpeed is in neither table
-
-
-def reach(curve: list[list[float]], target: float) -> float:
-    """The first evaluated round whose accuracy is at least ``target``; ``math.inf`` if none is."""
-    return next((float(rnd) for rnd, acc in curve if acc >= target), math.inf)
 
 
 def rounds_to_targets(rows: list[dict], scale: str) -> list[dict]:
