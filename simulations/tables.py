@@ -113,7 +113,8 @@ class Table:
     the keys layered on the cpu setting to make the smoke scale (the same pipeline in seconds);
     ``extra(history)`` more fields kept in each run's summary row; ``paper_seeds`` how many seeds the
     paper's numbers average; ``measure(run folder, run config, scale)`` fields measured on a finished run's
-    saved model (``model.pt``), added to its last round's row before the metrics read it."""
+    saved model (``model.pt``), added to its last round's row before the metrics read it; ``draw(results,
+    path)`` the table's plot where it is not its metric against rounds (a figure across the columns)."""
 
     title: str
     metric: Metric
@@ -127,6 +128,7 @@ class Table:
     measure: Callable[[Path, dict, str], dict] | None = None
     runs_of: str | None = None
     view: Callable[[list[dict], str], list[dict]] | None = None
+    draw: Callable[[Results, Path], None] | None = None
 
     def metric_of(self, name: str | None) -> Metric:
         return self.metric if name is None else self.more[name]
@@ -592,6 +594,8 @@ def plot(res: Results, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if res.table.draw is not None:
+        return res.table.draw(res, path)
     metric = res.table.metric
     if res.table.measure is not None or res.table.runs_of:  # one number a run, no curve of its own to draw
         return plot_measures(res, path)

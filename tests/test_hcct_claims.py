@@ -108,7 +108,9 @@ def test_claim_records_quote_the_paper_and_the_authors_code_beside_ours():
     assert {c.id: c.kind for c in PAPER.claims} == {
         "table2-partial-12-best": "learning", "fmnist-close-to-global": "learning",
         "cifar10-close-to-independent": "construction", "matches-authors-code": "code-equality",
-        "arrivals-lower-final-error": "learning"}
+        "arrivals-lower-final-error": "learning", "fig4-alpha100-best-train0.05": "learning",
+        "fig4-alpha100-best-train0.1": "learning", "fig4-smaller-alpha-best-train0.2": "learning",
+        "fig4-smaller-alpha-best-train0.5": "learning", "fig4-error-falls-with-ratio": "learning"}
 
 
 def test_summary_row_keeps_every_client_and_the_best_epochs_as_fractions():
@@ -190,3 +192,34 @@ def test_restated_claims_keep_their_history_on_the_page():
         history = CLAIMS[claim_id].history
         assert "until 2026-11-27" in history and "known" in history
         assert f"- `{claim_id}` restated: {history}" in page
+
+
+ALPHAS = ("alpha0", "alpha1", "alpha10", "alpha100", "alpha1000")
+
+
+def fig4_rows(errors):
+    return [row(m, 0, e) for m, e in zip(ALPHAS, errors)]
+
+
+def test_fig4_alpha100_best_counts_a_tie_and_reads_every_alpha():
+    v = verdict("fig4-alpha100-best-train0.05", fig4_rows([0.50, 0.50, 0.48, 0.40, 0.40]))
+    assert v.holds and v.ours["alpha100"] == 40.0 and v.note == "alpha100 40.0, the best other alpha 40.0"
+    assert not verdict("fig4-alpha100-best-train0.1", fig4_rows([0.50, 0.50, 0.39, 0.40, 0.41])).holds
+
+
+def test_fig4_smaller_alpha_best_compares_the_best_of_each_side():
+    assert verdict("fig4-smaller-alpha-best-train0.2", fig4_rows([0.30, 0.30, 0.28, 0.29, 0.35])).holds
+    v = verdict("fig4-smaller-alpha-best-train0.5", fig4_rows([0.30, 0.30, 0.28, 0.28, 0.35]))
+    assert not v.holds and v.note == "best of alpha 0-10: 28.0; of alpha 100-1000: 28.0"  # a tie is not below
+
+
+def test_fig4_error_falls_with_ratio_reads_all_four_columns(monkeypatch):
+    import simulations.hcct.tables as hcct
+
+    by_ratio = {"train0.05": [0.6] * 5, "train0.1": [0.5] * 5, "train0.2": [0.4] * 5}
+    monkeypatch.setattr(hcct, "results", lambda paper, table, column, scale: Results(
+        PAPER, table, column, scale, fig4_rows(by_ratio[column]), []))
+    v = verdict("fig4-error-falls-with-ratio", fig4_rows([0.3] * 5))
+    assert v.holds and v.ours["alpha100"] == "60.0 > 50.0 > 40.0 > 30.0"
+    v = verdict("fig4-error-falls-with-ratio", fig4_rows([0.3, 0.3, 0.3, 0.3, 0.45]))
+    assert not v.holds and v.note.endswith("falling for 4 of 5 alphas")

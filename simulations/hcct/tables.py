@@ -14,7 +14,7 @@ from pathlib import Path
 
 from simulations.hcct.report import errors
 from simulations.tables import (Claim, Column, Metric, Paper, Results, Table, Verdict, best, printed, results,
-                                within)
+                                save_figure, within)
 
 
 def error(row: dict) -> float | None:
@@ -107,6 +107,31 @@ FIG3 = Table(
 # examples that trains; the rest is its local test set). The figure's alpha grid is not in the text; this one
 # spans Table III's CIFAR-10 value (1) and the value the text names best at ratios 0.05 and 0.1 (100).
 FIG4_ALPHAS = (0, 1, 10, 100, 1000)
+
+
+def draw_fig4(res: Results, path: Path) -> None:
+    """Fig. 4 as the paper draws it: the local test error after epoch 50 against alpha, a line a train ratio
+    (``res``'s column from its own rows, the others from their committed summaries; means over seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for i, cid in enumerate(FIG4.columns):
+        col = res if cid == res.column_id else results(PAPER, "fig4", cid, res.scale)
+        points = [(x, col.shown(col.mean(m))) for x, m in enumerate(FIG4.methods) if col.values(m)]
+        if points:
+            ax.plot(*zip(*points), "o-", color=f"C{i}", label=f"train ratio {cid.removeprefix('train')}")
+    ax.set_xticks(range(len(FIG4_ALPHAS)), [str(a) for a in FIG4_ALPHAS])
+    ax.set_xlabel("alpha")
+    ax.set_ylabel(ERROR.label)
+    ax.set_title(f"hcct fig4: CIFAR-10, 10 clients, error after epoch 50 ({res.scale})", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    save_figure(fig, path)
+
+
 FIG4 = Table(
     title="Fig. 4, local test error (%) after epoch 50 against alpha, CIFAR-10",
     metric=ERROR,
@@ -118,6 +143,7 @@ FIG4 = Table(
     # one local step and one client evaluated: the pipeline in seconds on the paper's data and CNN
     smoke={"num-server-rounds": 1, "local-steps": 1, "eval-every": 1, "fraction-evaluate": 0.1},
     extra=per_client,
+    draw=draw_fig4,
 )
 
 GOLDEN = Table(
@@ -189,6 +215,46 @@ def arrivals_fall(res: Results) -> Verdict:
     return Verdict(v[0] > v[1] > v[2], {**final, "first-10-clients": first10},
                    "final error, mean over the clients present; first-10-clients: over the 10 present from "
                    "epoch 1, which the arrivals change only through the groups")
+
+
+FIG4_SMALL, FIG4_LARGE = ("alpha0", "alpha1", "alpha10"), ("alpha100", "alpha1000")
+
+
+def lowest(method: str):
+    """``method``'s mean error is at most every other alpha's (a tie counts: HCCT's groups, and so its
+    runs, are the same for alphas that merge the same clients), on the seeds all ran."""
+    def check(res: Results) -> Verdict:
+        seeds = res.seeds()
+        if not seeds:
+            return Verdict(False, {}, "no seed on which every alpha ran")
+        means = {m: res.shown(res.mean(m, seeds)) for m in res.table.methods}
+        others = min(v for m, v in means.items() if m != method)
+        return Verdict(means[method] <= others, means, f"{method} {means[method]}, the best other alpha {others}")
+    return check
+
+
+def smaller_alpha_best(res: Results) -> Verdict:
+    """The lowest mean error of alpha 0, 1, 10 is below that of alpha 100 and 1000, on the seeds all ran."""
+    seeds = res.seeds()
+    if not seeds:
+        return Verdict(False, {}, "no seed on which every alpha ran")
+    means = {m: res.shown(res.mean(m, seeds)) for m in res.table.methods}
+    small, large = min(means[m] for m in FIG4_SMALL), min(means[m] for m in FIG4_LARGE)
+    return Verdict(small < large, means, f"best of alpha 0-10: {small}; of alpha 100-1000: {large}")
+
+
+def error_falls_with_ratio(res: Results) -> Verdict:
+    """For every alpha, the mean error falls at each larger train ratio (Fig. 4's four columns; this one is
+    the largest), on the seeds every column ran."""
+    columns = {c: res if c == res.column_id else results(PAPER, "fig4", c, res.scale) for c in FIG4.columns}
+    seeds = sorted(set.intersection(*(set(r.seeds()) for r in columns.values())))
+    if not seeds:
+        return Verdict(False, {}, "no seed on which every alpha of every train ratio ran")
+    errors = {m: [r.shown(r.mean(m, seeds)) for r in columns.values()] for m in FIG4.methods}
+    falls = {m: all(a > b for a, b in zip(e, e[1:])) for m, e in errors.items()}
+    return Verdict(all(falls.values()), {m: " > ".join(map(str, e)) for m, e in errors.items()},
+                   f"error at train ratio {', '.join(c.removeprefix('train') for c in columns)}; falling for "
+                   f"{sum(falls.values())} of {len(falls)} alphas")
 
 
 GOLDEN_FIXTURE = Path(__file__).resolve().parents[2] / "tests" / "data" / "hcct_authors_golden.json"
@@ -277,5 +343,30 @@ PAPER = Paper(
               paper={"figure": "Fig. 3 (curves only, no numbers printed)",
                      "reading": "final error lower with more arriving clients"},
               reference_run=AUTHORS_RUN.format(args=" --goal n_new", into="fig3/cifar10")),
+    ] + [
+        Claim(f"fig4-alpha100-best-train{r}", "learning",
+              f"Fig. 4 (CIFAR-10, 10 clients, train ratio {r}): with little training data alpha = 100 is the best of "
+              f"the five alphas; holds when its mean local test error after epoch 50 is the lowest (a tie counts).",
+              lowest("alpha100"), "fig4", f"train{r}", "paper", paper={"Fig. 4 (curves only)": "alpha 100 lowest"},
+              reference_run=AUTHORS_RUN.format(args=f" --alpha A --train_ratio {r} (A = 0, 1, 10, 100, 1000)",
+                                               into=f"fig4/train{r}"))
+        for r in ("0.05", "0.1")
+    ] + [
+        Claim(f"fig4-smaller-alpha-best-train{r}", "learning",
+              f"Fig. 4 (CIFAR-10, 10 clients, train ratio {r}): with more training data a smaller alpha does best; "
+              f"holds when the lowest mean error of alpha 0, 1 and 10 after epoch 50 is below that of 100 and 1000.",
+              smaller_alpha_best, "fig4", f"train{r}", "paper",
+              paper={"Fig. 4 (curves only)": "an alpha below 100 lowest"},
+              reference_run=AUTHORS_RUN.format(args=f" --alpha A --train_ratio {r} (A = 0, 1, 10, 100, 1000)",
+                                               into=f"fig4/train{r}"))
+        for r in ("0.2", "0.5")
+    ] + [
+        Claim("fig4-error-falls-with-ratio", "learning",
+              "Fig. 4 (CIFAR-10, 10 clients): for every alpha the local test error after epoch 50 falls as the train "
+              "ratio grows (0.05, 0.1, 0.2, 0.5); holds when it falls at each step for all five alphas.",
+              error_falls_with_ratio, "fig4", "train0.5", "paper",
+              paper={"Fig. 4 (curves only)": "lower error at each larger ratio"},
+              reference_run=AUTHORS_RUN.format(args=" --alpha A --train_ratio R (A = 0, 1, 10, 100, 1000; R = 0.05, "
+                                                    "0.1, 0.2, 0.5)", into="fig4/trainR")),
     ],
 )
