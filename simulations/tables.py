@@ -609,9 +609,15 @@ def plot(res: Results, path: Path) -> None:
         line, = ax.plot(rounds, means, label=m, color=f"C{i % 10}")
         if res.scale == "paper" and res.column.paper.get(m) is not None:
             ax.axhline(float(res.column.paper[m]), color=line.get_color(), linestyle=":", linewidth=0.8)
-    ax.set_xlabel("round")
-    ax.set_ylabel(metric.label)
-    ax.set_title(f"{res.paper.name} {res.table_id}: {res.column.label} ({res.scale})", fontsize=9)
+    finish_lines(fig, ax, "round", metric.label, f"{res.paper.name} {res.table_id}: {res.column.label} ({res.scale})",
+                 path)
+
+
+def finish_lines(fig, ax, xlabel: str, ylabel: str, title: str, path: Path) -> None:
+    """Label, title, legend and grid a line plot, then save it."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     save_figure(fig, path)

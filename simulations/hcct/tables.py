@@ -14,7 +14,7 @@ from pathlib import Path
 
 from simulations.hcct.report import errors
 from simulations.tables import (Claim, Column, Metric, Paper, Results, Table, Verdict, best, printed, results,
-                                save_figure, within)
+                                finish_lines, within)
 
 
 def error(row: dict) -> float | None:
@@ -124,12 +124,8 @@ def draw_fig4(res: Results, path: Path) -> None:
         if points:
             ax.plot(*zip(*points), "o-", color=f"C{i}", label=f"train ratio {cid.removeprefix('train')}")
     ax.set_xticks(range(len(FIG4_ALPHAS)), [str(a) for a in FIG4_ALPHAS])
-    ax.set_xlabel("alpha")
-    ax.set_ylabel(ERROR.label)
-    ax.set_title(f"hcct fig4: CIFAR-10, 10 clients, error after epoch 50 ({res.scale})", fontsize=9)
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    save_figure(fig, path)
+    finish_lines(fig, ax, "alpha", ERROR.label, f"hcct fig4: CIFAR-10, 10 clients, error after epoch 50 ({res.scale})",
+                 path)
 
 
 FIG4 = Table(
