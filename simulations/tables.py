@@ -555,7 +555,7 @@ def cell(values: list[float], metric: Metric, sd: bool = True) -> str:
 def brief(value: Any) -> str:
     """A claim record's numbers on one line: ``key value, key (nested ...)``."""
     if isinstance(value, dict):
-        if not value:
+        if not any(v not in ([], {}, None) for v in value.values()):  # nothing measured (no run yet)
             return "-"
         return ", ".join(f"{k} ({brief(v)})" if isinstance(v, dict) else f"{k} {brief(v)}" for k, v in value.items())
     if isinstance(value, list):
