@@ -72,9 +72,6 @@ PENDING = {
     "simulations/fedals/summaries/table1/cifar10-noniid/cpu.json": FEDALS_OLDER.format(cost="9 runs of 3210-4910 s"),
     "simulations/fedals/summaries/table2/cifar10-noniid/cpu.json": FEDALS_OLDER.format(
         cost="8 runs of 3720-4910 s (alpha1 and alpha10 are table1's fedavg and fedals rows)"),
-    "simulations/fedals/summaries/llm/cpu-shakespeare-pairs.json":
-        "two runs of the setting it names (llm/cpu-shakespeare-pairs.toml), kept as evaluations only: no config "
-        "of their own, no seconds",
     "simulations/hcct/summaries/fig3/cifar10/authors.json":
         "the command line of each main_cluster.py run was not kept (the claims give its form)",
     "simulations/hcct/summaries/table4/cifar10/authors.json":

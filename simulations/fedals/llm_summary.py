@@ -4,7 +4,8 @@
     python -m simulations.fedals.llm_summary OUT     # writes summaries/llm/cpu-shakespeare-pairs.json
 
 Each evaluation is the global model's mean next-token loss (and token accuracy) on the 200 test prompts;
-an iteration is one local step (tau = 5 a round). Traffic is the parameters all 5 clients sent up.
+an iteration is one local step (tau = 5 a round). Traffic is the parameters all 5 clients sent up. Each run
+keeps the run config it ran with and its seconds (its row of OUT's ``summary.json``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
+from simulations.run import run_rows
+
 HERE = Path(__file__).resolve().parent
 SETTING = "simulations/fedals/llm/cpu-shakespeare-pairs.toml"
 SUMMARY = HERE / "summaries" / "llm" / "cpu-shakespeare-pairs.json"
@@ -20,10 +23,11 @@ TAU = 5
 LABELS = {"fedavg": "FedAvg", "fedals": "FedALS alpha 10"}
 
 
-def condense(rounds: list[dict]) -> dict:
-    """One run's evaluations and the parameters its clients sent."""
+def condense(rounds: list[dict], row: dict) -> dict:
+    """One run's evaluations and the parameters its clients sent, with its config and seconds (``row``: its
+    row of the results folder's summary)."""
     last = rounds[-1]
-    return {"evaluations": [{"round": r["round"], "iteration": TAU * r["round"],
+    return {"config": row["config"], "seconds": row["seconds"], "evaluations": [{"round": r["round"], "iteration": TAU * r["round"],
                              "test-loss": round(r["central-loss"], 4),
                              "token-accuracy": round(r["central-accuracy"], 4)}
                             for r in rounds if r.get("central-loss") is not None],
@@ -46,8 +50,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path, help="the --out of the run command above")
     args = ap.parse_args()
-    summary = {"setting": SETTING, "runs": {m: condense(json.loads((args.out / m / "rounds.json").read_text())["rounds"])
-                                            for m in LABELS}}
+    rows = {r["method"]: r for r in run_rows(args.out / "summary.json")}
+    summary = {"setting": SETTING, "runs": {
+        m: condense(json.loads((args.out / rows[m]["run"] / "rounds.json").read_text())["rounds"], rows[m])
+        for m in LABELS}}
     SUMMARY.write_text(json.dumps(summary, indent=1) + "\n")
     print(page_table(summary))
 
