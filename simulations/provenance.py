@@ -78,9 +78,6 @@ PENDING = {
         "the command line of each main_cluster.py run was not kept (the claims give its form)",
     "simulations/hcct/summaries/table4/fmnist/authors.json":
         "the command line of each main_cluster.py run was not kept (the claims give its form)",
-    "simulations/hcct/summaries/table2/cifar10/paper.json": HCCT_OLDER.format(
-        cost="9 of its 18 rows since rerun (independent, global, pattern-12: 470-1030 s each); pattern-13, pattern-23 "
-             "and hcct not yet"),
     "simulations/hcct/summaries/table4/cifar10/paper.json": HCCT_OLDER.format(
         cost="its cheapest replay is a whole run (hcct-e-s3: 787 s; the rows keep epoch 50 only)"),
     "simulations/pefll/summaries/vs-authors/cifar10-100c/authors.json":
