@@ -80,8 +80,6 @@ PENDING = {
         "the command line of each main_cluster.py run was not kept (the claims give its form)",
     "simulations/hcct/summaries/table4/cifar10/paper.json": HCCT_OLDER.format(
         cost="its cheapest replay is a whole run (hcct-e-s3: 787 s; the rows keep epoch 50 only)"),
-    "simulations/pefll/summaries/vs-authors/cifar10-100c/authors.json":
-        "pefll-s42 is a run that did not finish: no value, no command",
 }
 
 
