@@ -27,7 +27,8 @@ def condense(rounds: list[dict], row: dict) -> dict:
     """One run's evaluations and the parameters its clients sent, with its config and seconds (``row``: its
     row of the results folder's summary)."""
     last = rounds[-1]
-    return {"config": row["config"], "seconds": row["seconds"], "evaluations": [{"round": r["round"], "iteration": TAU * r["round"],
+    return {"config": row["config"], "seconds": row["seconds"],
+            "evaluations": [{"round": r["round"], "iteration": TAU * r["round"],
                              "test-loss": round(r["central-loss"], 4),
                              "token-accuracy": round(r["central-accuracy"], 4)}
                             for r in rounds if r.get("central-loss") is not None],
