@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up, then run the test suite (offline, CPU, under 10 minutes on 2 cores).
+# Set up, then run the test suite (offline, CPU; its running time on 2 cores: the README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
