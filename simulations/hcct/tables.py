@@ -112,14 +112,10 @@ FIG4_ALPHAS = (0, 1, 10, 100, 1000)
 def draw_fig4(res: Results, path: Path) -> None:
     """Fig. 4 as the paper draws it: the local test error after epoch 50 against alpha, a line a train ratio
     (``res``'s column from its own rows, the others from their committed summaries; means over seeds)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # tables.plot, which draws this, chose the backend
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for i, cid in enumerate(FIG4.columns):
-        col = res if cid == res.column_id else results(PAPER, "fig4", cid, res.scale)
+    for i, (cid, col) in enumerate(fig4_columns(res).items()):
         points = [(x, col.shown(col.mean(m))) for x, m in enumerate(FIG4.methods) if col.values(m)]
         if points:
             ax.plot(*zip(*points), "o-", color=f"C{i}", label=f"train ratio {cid.removeprefix('train')}")
@@ -216,14 +212,23 @@ def arrivals_fall(res: Results) -> Verdict:
 FIG4_SMALL, FIG4_LARGE = ("alpha0", "alpha1", "alpha10"), ("alpha100", "alpha1000")
 
 
+def alpha_means(res: Results) -> dict[str, float]:
+    """Each alpha's mean error (shown units) on the seeds every alpha ran; empty where there is none."""
+    seeds = res.seeds()
+    return {m: res.shown(res.mean(m, seeds)) for m in res.table.methods} if seeds else {}
+
+
+def fig4_columns(res: Results) -> dict[str, Results]:
+    """Fig. 4's columns by train ratio: ``res``'s own, the others from their committed summaries."""
+    return {c: res if c == res.column_id else results(PAPER, "fig4", c, res.scale) for c in FIG4.columns}
+
+
 def lowest(method: str):
     """``method``'s mean error is at most every other alpha's (a tie counts: HCCT's groups, and so its
     runs, are the same for alphas that merge the same clients), on the seeds all ran."""
     def check(res: Results) -> Verdict:
-        seeds = res.seeds()
-        if not seeds:
+        if not (means := alpha_means(res)):
             return Verdict(False, {}, "no seed on which every alpha ran")
-        means = {m: res.shown(res.mean(m, seeds)) for m in res.table.methods}
         others = min(v for m, v in means.items() if m != method)
         return Verdict(means[method] <= others, means, f"{method} {means[method]}, the best other alpha {others}")
     return check
@@ -231,10 +236,8 @@ def lowest(method: str):
 
 def smaller_alpha_best(res: Results) -> Verdict:
     """The lowest mean error of alpha 0, 1, 10 is below that of alpha 100 and 1000, on the seeds all ran."""
-    seeds = res.seeds()
-    if not seeds:
+    if not (means := alpha_means(res)):
         return Verdict(False, {}, "no seed on which every alpha ran")
-    means = {m: res.shown(res.mean(m, seeds)) for m in res.table.methods}
     small, large = min(means[m] for m in FIG4_SMALL), min(means[m] for m in FIG4_LARGE)
     return Verdict(small < large, means, f"best of alpha 0-10: {small}; of alpha 100-1000: {large}")
 
@@ -242,7 +245,7 @@ def smaller_alpha_best(res: Results) -> Verdict:
 def error_falls_with_ratio(res: Results) -> Verdict:
     """For every alpha, the mean error falls at each larger train ratio (Fig. 4's four columns; this one is
     the largest), on the seeds every column ran."""
-    columns = {c: res if c == res.column_id else results(PAPER, "fig4", c, res.scale) for c in FIG4.columns}
+    columns = fig4_columns(res)
     seeds = sorted(set.intersection(*(set(r.seeds()) for r in columns.values())))
     if not seeds:
         return Verdict(False, {}, "no seed on which every alpha of every train ratio ran")
